@@ -1,0 +1,139 @@
+"""The one trial-result schema, written by the trial and read by the aggregator.
+
+Each trial's record is a JSON file, `<sweep_dir>/trials/<key>/result.json`,
+written atomically (temp file, fsync, rename) so a reader sees either nothing or
+the whole record, even if the writer is killed mid-write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+RESULT_FILE = "result.json"
+
+# Statuses a finished trial can have.
+OK, OOM, FAILED, TIMEOUT, CANCELLED = "ok", "oom", "failed", "timeout", "cancelled"
+FINISHED_STATUSES = (OK, OOM, FAILED, TIMEOUT, CANCELLED)
+# Statuses only the sweep table has: a candidate not (yet) run.
+PENDING, RUNNING, INVALID = "pending", "running", "invalid"
+ALL_STATUSES = FINISHED_STATUSES + (RUNNING, PENDING, INVALID)
+
+# Where in the training step an OOM happened.
+PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER = "encoder", "joint", "optimizer"
+OOM_PHASES = (PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER)
+
+
+class ResultError(ValueError):
+    """A result file that cannot be read; the message names the file and what is wrong."""
+
+
+@dataclass
+class TrialResult:
+    """What one trial measured. Field units are in the names where they are not obvious."""
+
+    accum: int  # grad_accumulation_batches
+    split: int  # batch_split_factor
+    per_device_batch: int  # global_batch_size / (accum * num_devices)
+    joint_batch: int  # per_device_batch / split
+    global_batch_size: int
+    num_devices: int
+    status: str  # one of FINISHED_STATUSES
+    oom_phase: str | None = None  # one of OOM_PHASES when status == "oom"
+    error: str = ""  # one line: why the trial did not finish ok
+    warmup_steps: int = 0  # optimizer steps run before timing started
+    step_times_s: list[float] = field(default_factory=list)  # each measured optimizer step
+    throughput: float | None = None  # median samples/s over the measured steps
+    throughput_low: float | None = None  # 95% interval of that median
+    throughput_high: float | None = None
+    peak_mem_gib: float | None = None  # peak device memory (CPU: resident set above the start-up baseline)
+    wall_s: float | None = None  # the trial's whole wall time, start-up included
+    log: str = ""  # path of the job's log (stdout/stderr) to read first
+    job_id: str = ""
+    host: str = ""
+    device: str = ""  # "cpu", "cuda", or "command"
+    started_at: str = ""  # ISO-8601 UTC
+    finished_at: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def key(self) -> str:
+        return f"accum{self.accum}_split{self.split}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> "TrialResult":
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ResultError(
+                f"{source}: schema_version={version!r} is not supported "
+                f"(this sweep reads version {SCHEMA_VERSION}); rerun that trial or upgrade sweep"
+            )
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]  # noqa: E501
+        if missing:
+            raise ResultError(f"{source}: missing field(s) {', '.join(missing)}")
+        result = cls(**{k: v for k, v in data.items() if k in names})
+        if result.status not in FINISHED_STATUSES:
+            raise ResultError(f"{source}: status={result.status!r} is not one of {', '.join(FINISHED_STATUSES)}")
+        return result
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write text so that readers see the old file or the new one, never a torn mix."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_result(result: TrialResult, trial_dir: Path) -> Path:
+    path = Path(trial_dir) / RESULT_FILE
+    atomic_write_text(path, json.dumps(result.to_dict(), indent=2) + "\n")
+    return path
+
+
+def read_result(path: Path) -> TrialResult:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ResultError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); the trial was cut off") from None
+    if not isinstance(data, dict):
+        raise ResultError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return TrialResult.from_dict(data, source=str(path))
+
+
+def trial_dir(sweep_dir: Path, key: str) -> Path:
+    return Path(sweep_dir) / "trials" / key
+
+
+def collect_results(sweep_dir: Path) -> dict[str, TrialResult]:
+    """Every finished, readable trial record in a sweep dir, by candidate key."""
+    out: dict[str, TrialResult] = {}
+    for path in sorted((Path(sweep_dir) / "trials").glob(f"*/{RESULT_FILE}")):
+        try:
+            res = read_result(path)
+        except ResultError:
+            continue  # a torn or foreign file counts as "not finished": the trial is rerun
+        out[res.key] = res
+    return out

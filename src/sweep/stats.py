@@ -1,0 +1,55 @@
+"""Throughput statistics from per-step times (pure).
+
+A trial reports the median samples/s over its measured (post warm-up) steps
+and a distribution-free 95% interval for that median: the order-statistic
+interval, which needs no normality assumption and stays honest for the
+handful of steps a short trial can afford.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+
+def median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    if n == 0:
+        raise ValueError("median of no values")
+    mid = n // 2
+    return s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+
+
+def _binom_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2)."""
+    return sum(math.comb(n, i) for i in range(0, k + 1)) / 2**n
+
+
+def median_interval_ranks(n: int, level: float = 0.95) -> tuple[int, int]:
+    """0-based order-statistic ranks (lo, hi) bracketing the median at `level`.
+
+    The largest k with P(X < k) <= alpha/2 gives [x_(k), x_(n-1-k)], which covers
+    the true median with probability >= level. Tiny n falls back to the extremes.
+    """
+    if n <= 0:
+        raise ValueError("no samples")
+    alpha = 1.0 - level
+    k = 0
+    while k + 1 < n - k - 1 and _binom_cdf(k, n) <= alpha / 2:
+        k += 1
+    return k, n - 1 - k
+
+
+def throughput_summary(step_times_s: Sequence[float], samples_per_step: int) -> tuple[float, float, float]:
+    """(median, low, high) samples/s for the measured steps."""
+    times = sorted(t for t in step_times_s if t > 0)
+    if not times:
+        raise ValueError("no positive step times")
+    lo_rank, hi_rank = median_interval_ranks(len(times))
+    # samples/s is decreasing in step time: the slowest bound gives the low throughput.
+    return (
+        samples_per_step / median(times),
+        samples_per_step / times[hi_rank],
+        samples_per_step / times[lo_rank],
+    )
