@@ -1,5 +1,22 @@
-"""sweep: find the fastest (grad_accumulation_batches, batch_split_factor) at a fixed global batch."""
+"""sweep: find the fastest (grad_accumulation_batches, batch_split_factor) at a fixed global batch.
+
+    import sweep
+    df = sweep.load("outputs/latest")        # one sweep's table as a pandas DataFrame
+    sweep.compare(["outputs/a", "outputs/b"])  # several sweeps side by side
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
+__all__ = ["load", "compare", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # pandas is imported only when the API is used, so `python -m sweep` starts fast.
+    if name in ("load", "compare"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'sweep' has no attribute {name!r}")

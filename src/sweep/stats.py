@@ -29,14 +29,15 @@ def _binom_cdf(k: int, n: int) -> float:
 def median_interval_ranks(n: int, level: float = 0.95) -> tuple[int, int]:
     """0-based order-statistic ranks (lo, hi) bracketing the median at `level`.
 
-    The largest k with P(X < k) <= alpha/2 gives [x_(k), x_(n-1-k)], which covers
-    the true median with probability >= level. Tiny n falls back to the extremes.
+    [x_(k), x_(n-1-k)] covers the true median with probability 1 - 2 P(X <= k) for
+    X ~ Binomial(n, 1/2); take the largest k that keeps that >= level. Below 6 samples
+    even the extremes fall short of 95%, and they are what is returned.
     """
     if n <= 0:
         raise ValueError("no samples")
     alpha = 1.0 - level
     k = 0
-    while k + 1 < n - k - 1 and _binom_cdf(k, n) <= alpha / 2:
+    while k + 1 < n - k - 2 and _binom_cdf(k + 1, n) <= alpha / 2:
         k += 1
     return k, n - 1 - k
 

@@ -1,0 +1,102 @@
+"""`python -m sweep [OVERRIDES...]`: compose conf/ with Hydra and run a sweep.
+
+Bad input ends with one line on stderr naming the value and what would be valid,
+exit status 2, no traceback (SWEEP_DEBUG=1 or HYDRA_FULL_ERROR=1 shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+EXIT_USAGE = 2
+
+
+def _task(cfg: Any) -> None:
+    """Only reached with hydra.mode=RUN: run one trial in this process (debugging a single pair)."""
+    import json
+
+    from .plan import make_plan
+    from .results import trial_dir
+    from .job import run_job
+
+    sweep_dir = Path(os.getcwd()).absolute()
+    plan = make_plan(cfg, [], sweep_dir)
+    cand = next(c for c in plan.candidates if c.valid)
+    spec = plan.spec(cand, trial_dir(sweep_dir, cand.key))
+    print(json.dumps(run_job(spec), indent=2))
+
+
+def main() -> int:
+    import hydra
+
+    from .config import register_configs
+
+    debug = bool(os.environ.get("SWEEP_DEBUG")) or bool(os.environ.get("HYDRA_FULL_ERROR"))
+    # Hydra re-raises instead of printing its own multi-line report; we print one line below.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    register_configs()
+    from . import orchestrator
+
+    app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="sweep")(_task)
+    try:
+        app()
+    except KeyboardInterrupt:
+        print("sweep: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - turned into one line unless debugging
+        if debug:
+            raise
+        print(f"sweep: error: {one_line_error(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    return orchestrator.exit_code
+
+
+def one_line_error(exc: BaseException) -> str:
+    """Hydra and OmegaConf errors span several lines; users get the facts on one."""
+    parts: list[str] = []
+    seen = exc
+    while seen is not None and len(parts) < 3:
+        text = str(seen).strip()
+        full_key = re.search(r"full_key:\s*(\S+)", text)
+        first = text.split("\n")[0].strip() if text else type(seen).__name__
+        options = re.search(r"Available options in '([^']+)':\n((?:[ \t]+\S.*\n?)*)", text)
+        if options:
+            # The typed schemas share the group with the YAML options; they are not choices.
+            names = [x.strip() for x in options.group(2).split("\n") if x.strip() and not x.strip().endswith("_schema")]
+            first = f"{first.removeprefix('In ' + repr('sweep') + ': ')}; available options in '{options.group(1)}': {', '.join(names)}"
+        if full_key and full_key.group(1) not in first:
+            first = f"{full_key.group(1)}: {first}"
+        first = first.rstrip(".")
+        if first and first not in parts:
+            parts.append(first)
+        seen = seen.__cause__ or (seen.__context__ if not seen.__suppress_context__ else None)
+    line = "; ".join(parts)
+    hint = _key_hint(line)
+    return (line + hint).replace("\n", " ")
+
+
+def _key_hint(line: str) -> str:
+    """For an unknown key, list the keys that do exist at that level."""
+    m = re.search(r"Key '([^']+)' is not in struct", line) or re.search(r"Could not override '([^']+)'", line)
+    if not m:
+        return ""
+    from dataclasses import fields
+
+    from .config import MachineConfig, RNNTWorkloadConfig, SearchConfig, SweepConfig, TrialConfig
+
+    key = re.sub(r"^\+*", "", m.group(1))
+    parent, _, _ = key.rpartition(".")
+    schema = {"": SweepConfig, "machine": MachineConfig, "trial": TrialConfig, "search": SearchConfig, "workload": RNNTWorkloadConfig}.get(parent)
+    if schema is None:
+        return ""
+    names = ", ".join(f.name for f in fields(schema))
+    return f"; valid keys{' under ' + parent if parent else ''}: {names}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The submitit edge: executors from `hydra.launcher`, and ended jobs turned into results.
+
+submitit already is the backend abstraction (local processes or Slurm jobs behind one
+Job API), so this module only maps hydra-submitit-launcher's parameters onto an
+executor, remembers each job on disk so a restarted orchestrator can find it again,
+and converts a job that ended without writing its own record into a failure record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from .plan import SweepError
+from .results import (
+    CANCELLED,
+    FAILED,
+    OOM,
+    TIMEOUT,
+    ResultError,
+    TrialResult,
+    atomic_write_text,
+    read_result,
+    RESULT_FILE,
+    write_result,
+)
+
+JOB_FILE = "job.json"
+# hydra-submitit-launcher parameters shared by every executor; the rest get the cluster prefix.
+_BASE_PARAMS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}
+# Read by the executor's constructor, or meaningless for single submissions.
+_NOT_PARAMS = {"_target_", "submitit_folder", "max_num_timeout", "array_parallelism"}
+
+
+def cluster_of(launcher: dict[str, Any]) -> str:
+    """'local' or 'slurm', from hydra/launcher=submitit_local|submitit_slurm."""
+    target = str(launcher.get("_target_", ""))
+    if target.endswith("SlurmLauncher"):
+        return "slurm"
+    if target.endswith("LocalLauncher"):
+        return "local"
+    raise SweepError(
+        f"hydra/launcher target {target!r} is not supported: use hydra/launcher=submitit_local or hydra/launcher=submitit_slurm"
+    )
+
+
+def executor_parameters(launcher: dict[str, Any], time_limit_s: float) -> dict[str, Any]:
+    """submitit update_parameters() kwargs, as hydra-submitit-launcher maps them."""
+    cluster = cluster_of(launcher)
+    params: dict[str, Any] = {}
+    for key, value in launcher.items():
+        if key in _NOT_PARAMS or value is None:
+            continue
+        params[key if key in _BASE_PARAMS else f"{cluster}_{key}"] = value
+    # The orchestrator stops a trial at time_limit_s; the executor's limit is only the backstop.
+    params["timeout_min"] = max(int(params.get("timeout_min") or 0), math.ceil(time_limit_s / 60) + 1)
+    return params
+
+
+def make_executor(launcher: dict[str, Any], time_limit_s: float, folder: str | None = None) -> Any:
+    import submitit
+
+    cluster = cluster_of(launcher)
+    init: dict[str, Any] = {"folder": folder or launcher["submitit_folder"]}
+    if launcher.get("max_num_timeout") is not None:
+        init[f"{cluster}_max_num_timeout"] = launcher["max_num_timeout"]
+    executor = submitit.AutoExecutor(cluster=cluster, **init)
+    executor.update_parameters(**executor_parameters(launcher, time_limit_s))
+    return executor
+
+
+def job_log(job: Any) -> str:
+    """The log to read first: task 0's stdout (stderr is merged into it by default)."""
+    try:
+        return str(job.paths.stdout)
+    except Exception:  # noqa: BLE001 - a path is a convenience, never a reason to fail
+        return ""
+
+
+def remember_job(trial_dir: Path, job: Any, cluster: str) -> None:
+    record = {"job_id": str(job.job_id), "cluster": cluster, "log": job_log(job), "submitted_at": now_iso()}
+    atomic_write_text(Path(trial_dir) / JOB_FILE, json.dumps(record) + "\n")
+
+
+def reattach(trial_dir: Path, executor_folder: str) -> Any | None:
+    """The job an earlier orchestrator started for this trial, if it is still queued or running."""
+    path = Path(trial_dir) / JOB_FILE
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        job_id, cluster = str(record["job_id"]), record["cluster"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if cluster == "slurm":
+        import submitit
+
+        job = submitit.SlurmJob(folder=executor_folder, job_id=job_id)
+        return None if job.done(force_check=True) else job
+    if cluster == "local":
+        return _LocalOrphan(job_id, record.get("log", "")) if _pid_alive(int(job_id)) else None
+    return None
+
+
+class _LocalOrphan:
+    """A local job whose parent orchestrator died: followed through its pid and result file."""
+
+    def __init__(self, job_id: str, log: str) -> None:
+        self.job_id = job_id
+        self._log = log
+        self.state = "RUNNING"
+
+    @property
+    def paths(self) -> Any:
+        return type("Paths", (), {"stdout": self._log})()
+
+    def done(self, force_check: bool = False) -> bool:
+        if _pid_alive(int(self.job_id)):
+            return False
+        self.state = "FINISHED"
+        return True
+
+    def cancel(self, check: bool = True) -> None:
+        import signal
+
+        try:
+            os.kill(int(self.job_id), signal.SIGINT)
+        except ProcessLookupError:
+            pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has ended even though the pid exists
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def log_tail(path: str, max_bytes: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def ended_job_result(
+    job: Any,
+    spec: dict[str, Any],
+    trial_dir: Path,
+    *,
+    timed_out: bool,
+    cancelled: bool,
+    wall_s: float,
+) -> TrialResult:
+    """The record for a job that has ended: the trial's own, else one built from the job's state and log."""
+    log = job_log(job)
+    path = Path(trial_dir) / RESULT_FILE
+    if path.exists():
+        try:
+            res = read_result(path)
+            if not res.log or not res.job_id:
+                res.log, res.job_id = res.log or log, res.job_id or str(job.job_id)
+                write_result(res, trial_dir)
+            return res
+        except ResultError as e:
+            broken = str(e)
+    else:
+        broken = ""
+    status, phase, reason = _classify_ended(job, log, timed_out=timed_out, cancelled=cancelled, spec=spec)
+    if broken:
+        reason = f"{broken}; {reason}"
+    res = TrialResult(
+        accum=spec["accum"],
+        split=spec["split"],
+        per_device_batch=spec["per_device_batch"],
+        joint_batch=spec["joint_batch"],
+        global_batch_size=spec["global_batch_size"],
+        num_devices=spec["num_devices"],
+        status=status,
+        oom_phase=phase,
+        error=reason,
+        wall_s=round(wall_s, 3),
+        log=log,
+        job_id=str(job.job_id),
+        device=str(spec["machine"].get("device", "")),
+        finished_at=now_iso(),
+    )
+    write_result(res, trial_dir)
+    return res
+
+
+def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spec: dict[str, Any]) -> tuple[str, str | None, str]:
+    if timed_out:
+        return TIMEOUT, None, f"stopped after trial.time_limit_s={spec['trial']['time_limit_s']}s; see {log}"
+    state = str(getattr(job, "state", "")).upper()
+    if cancelled or state.startswith("CANCELLED"):
+        return CANCELLED, None, f"cancelled ({state or 'by the sweep'}); see {log}"
+    if state == "TIMEOUT":
+        return TIMEOUT, None, f"Slurm time limit reached; raise hydra.launcher.timeout_min; see {log}"
+    from .parsers import classify_failure
+
+    verdict = classify_failure(log_tail(log), exit_code=None)
+    if state == "OUT_OF_MEMORY" and verdict.status != OOM:
+        return OOM, verdict.oom_phase, f"Slurm killed the job for exceeding its memory (OUT_OF_MEMORY); see {log}"
+    if verdict.status in (OOM, FAILED):
+        return verdict.status, verdict.oom_phase, f"{verdict.reason}; see {log}"
+    return FAILED, None, f"the job ended ({state or 'unknown state'}) without writing a result; see {log}"

@@ -1,0 +1,233 @@
+"""Device memory: the per-device budget, peak measurement, and OOM handling.
+
+On CUDA the budget is the card (or a fraction of it). On CPU it is emulated so
+that the allocator itself fails, as a GPU's would: the process's address
+space is capped (RLIMIT_AS) at its size after start-up plus the budget, and
+torch raises "DefaultCPUAllocator: can't allocate memory". Only the soft
+limit is lowered, so it can be lifted again after an OOM, before the result
+is written.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import resource
+import traceback
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+GIB = 1024**3
+
+# Substrings of the messages allocators give when memory runs out. Anything
+# else is a bug and must surface, not be recorded as "too big" (Lightning's rule).
+OOM_MESSAGES = (
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "HIP out of memory",
+    "DefaultCPUAllocator: can't allocate memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE",
+    "cuDNN error: CUDNN_STATUS_MAPPING_ERROR",
+)
+
+
+class DeviceOOM(RuntimeError):
+    """An OOM attributed to a phase of the step, raised alike on every rank."""
+
+    def __init__(self, phase: str, message: str, rank: int = 0, traceback_text: str = "") -> None:
+        super().__init__(message)
+        self.phase = phase
+        self.rank = rank  # the rank that ran out first
+        self.traceback_text = traceback_text  # the original traceback, on the rank that ran out
+
+
+def is_oom_error(exc: BaseException) -> bool:
+    if isinstance(exc, (MemoryError, DeviceOOM, torch.OutOfMemoryError)):
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc)
+    return any(m in text for m in OOM_MESSAGES)
+
+
+def oom_summary(exc: BaseException) -> str:
+    """One line naming the failed allocation, without allocator boilerplate."""
+    text = str(exc) or type(exc).__name__
+    for marker in OOM_MESSAGES:
+        at = text.find(marker)
+        if at >= 0:
+            text = text[at:]
+            break
+    line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    # "...you tried to allocate 123 bytes. Error code 12 (Cannot allocate memory)": keep the first part.
+    line = line.split(". Error code")[0].split(". GPU ")[0].rstrip(". ")
+    return line[:300]
+
+
+def drop_exception(exc: BaseException) -> None:
+    """Release what an exception pins: its traceback's frames hold the step's big tensors."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if exc.__traceback__ is not None:
+            traceback.clear_frames(exc.__traceback__)
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+
+
+def free_device_memory(device: torch.device) -> None:
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+    else:
+        _malloc_trim()
+
+
+# ---------------------------------------------------------------- CPU allocator
+
+_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8
+_libc = None
+
+
+def _get_libc():
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        except OSError:
+            _libc = False
+    return _libc
+
+
+def configure_cpu_allocator(mmap_threshold: int = 256 * 1024, arena_max: int = 1) -> None:
+    """Make the address-space size track live tensors on glibc.
+
+    A fixed mmap threshold sends every tensor over 256 KiB to its own mapping,
+    unmapped on free (glibc's sliding threshold would otherwise keep freed
+    blocks in the heap, so the space only grows); one arena stops each new
+    thread from reserving 64 MiB more of address space.
+    """
+    libc = _get_libc()
+    if libc and hasattr(libc, "mallopt"):
+        libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
+        libc.mallopt(_M_ARENA_MAX, arena_max)
+
+
+def _malloc_trim() -> None:
+    libc = _get_libc()
+    if libc and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+def _proc_status_bytes(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024  # reported in kB
+    raise RuntimeError(f"/proc/self/status has no {field}: the CPU memory budget needs Linux")
+
+
+def address_space_bytes() -> int:
+    return _proc_status_bytes("VmSize")
+
+
+def resident_bytes() -> int:
+    return _proc_status_bytes("VmRSS")
+
+
+def resident_peak_bytes() -> int:
+    return _proc_status_bytes("VmHWM")
+
+
+def reset_resident_peak() -> None:
+    # "5" resets VmHWM to the current resident size (Linux >= 4.0).
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+# ---------------------------------------------------------------- budget and peak
+
+
+class MemoryBudget:
+    """Caps what this process may allocate on `device` at `memory_gib` (None: no cap).
+
+    Call enforce() after start-up (torch imported, model built, one warm-up pass
+    run so that threads and lazily loaded kernels are in the baseline).
+    """
+
+    def __init__(self, device: torch.device, memory_gib: Optional[float]) -> None:
+        self.device = torch.device(device)
+        self.budget_bytes = None if memory_gib is None else int(float(memory_gib) * GIB)
+        self.baseline_bytes = 0
+        self._saved_limit: Optional[tuple[int, int]] = None
+
+    def enforce(self) -> None:
+        if self.budget_bytes is None:
+            return
+        if self.device.type == "cuda":
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            total = torch.cuda.get_device_properties(index).total_memory
+            if self.budget_bytes < total:
+                torch.cuda.set_per_process_memory_fraction(self.budget_bytes / total, index)
+            self.baseline_bytes = torch.cuda.memory_allocated(index)
+            return
+        self.baseline_bytes = address_space_bytes()
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        self._saved_limit = (soft, hard)
+        limit = self.baseline_bytes + self.budget_bytes
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+    def lift(self) -> None:
+        """Undo enforce() on CPU, so writing results after an OOM cannot fail for memory."""
+        if self._saved_limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, self._saved_limit)
+            self._saved_limit = None
+
+    def __enter__(self) -> "MemoryBudget":
+        self.enforce()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.lift()
+
+
+class PeakMemory:
+    """Peak device memory above a baseline taken at construction (or rebase()).
+
+    CPU: resident high-water mark (VmHWM) above the baseline resident size.
+    CUDA: torch's max_memory_allocated above the baseline allocated bytes.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = torch.device(device)
+        self.rebase()
+
+    def _current(self) -> int:
+        if self.device.type == "cuda":
+            return torch.cuda.memory_allocated(self.device)
+        return resident_bytes()
+
+    def rebase(self) -> None:
+        self.baseline_bytes = self._current()
+        self.reset()
+
+    def reset(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            reset_resident_peak()
+
+    def peak_bytes(self) -> int:
+        if self.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            peak = resident_peak_bytes()
+        return max(0, peak - self.baseline_bytes)
+
+    def peak_gib(self) -> float:
+        return self.peak_bytes() / GIB

@@ -1,0 +1,325 @@
+"""The asynchronous sweep loop: propose, submit, poll, collect, publish.
+
+A new trial starts the moment a slot frees, and every landed result rewrites
+trials.csv and the shown table at once. State lives on disk (one result.json
+per finished trial, one job.json per submitted job), so killing this process at
+any moment loses nothing: rerunning the same sweep dir reuses what finished and
+re-attaches to what is still running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import backends
+from .display import Display, format_table
+from .plan import SweepError, SweepPlan, make_plan
+from .ranking import build_table, recommendation, recommendation_line, table_csv
+from .results import CANCELLED, OK, TrialResult, atomic_write_text, collect_results, trial_dir
+from .space import Candidate
+
+META_FILE = "sweep.json"
+TABLE_FILE = "trials.csv"
+RECOMMENDATION_FILE = "recommendation.yaml"
+LOCK_FILE = ".sweep.lock"
+# Hydra's entry point discards the Sweeper's return value; `python -m sweep` exits with this.
+exit_code = 0
+
+
+@dataclass
+class InFlight:
+    cand: Candidate
+    job: Any
+    spec: dict[str, Any]
+    started: float
+    timed_out: bool = False
+    cancelled: bool = False
+
+
+class Interrupted(Exception):
+    pass
+
+
+def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25) -> int:
+    """Entry from the Hydra Sweeper: build the plan, then run it (or just show it)."""
+    global exit_code
+    resume = cfg.get("resume")
+    sweep_dir = Path(str(resume) if resume else str(cfg.hydra.sweep.dir)).absolute()
+    if resume and not (sweep_dir / META_FILE).exists():
+        raise SweepError(f"resume={resume!r} is not a sweep dir (no {META_FILE} inside): give the dir an earlier sweep printed")
+    plan = make_plan(cfg, arguments, sweep_dir)
+    if plan.dry_run:
+        print(dry_run_text(plan))
+        exit_code = 0
+        return exit_code
+    check_runnable_here(plan)
+    exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s).run()
+    return exit_code
+
+
+def dry_run_text(plan: SweepPlan) -> str:
+    rows = build_table(plan.meta, plan.candidates, {})
+    valid = sum(c.valid for c in plan.candidates)
+    head = (
+        f"dry run: {plan.meta.machine} ({plan.meta.num_devices} x {plan.machine['device']}, "
+        f"{plan.machine['memory_gib']} GiB each), global_batch_size={plan.meta.global_batch_size}, "
+        f"search={plan.search}: {valid} valid candidate(s), {len(plan.candidates) - valid} invalid; nothing launched"
+    )
+    return head + "\n\n" + format_table(rows)
+
+
+def check_runnable_here(plan: SweepPlan) -> None:
+    """A local launch of a GPU profile on a host without those GPUs fails before anything starts."""
+    if backends.cluster_of(plan.launcher) != "local" or plan.machine["device"] != "cuda":
+        return
+    import torch
+
+    have, need = torch.cuda.device_count(), plan.meta.num_devices
+    if have < need:
+        raise SweepError(
+            f"machine={plan.meta.machine} needs {need} CUDA device(s) but this host has {have}: "
+            f"run it on Slurm (hydra/launcher=submitit_slurm), or add dry_run=true to see its candidates"
+        )
+
+
+class Orchestrator:
+    def __init__(self, plan: SweepPlan, poll_interval_s: float = 0.25, display: Display | None = None) -> None:
+        from .strategies import make_strategy
+
+        self.plan = plan
+        self.poll_interval_s = poll_interval_s
+        self.display = display or Display(plan.live)
+        self.strategy = make_strategy(plan.search, plan.candidates, plan.max_trials)
+        self.by_key = {c.key: c for c in plan.candidates}
+        self.results: dict[str, TrialResult] = {}
+        self.in_flight: dict[str, InFlight] = {}
+        self.last_rec: tuple[Any, ...] | None = None
+        self.executor: Any = None
+        self.cluster = backends.cluster_of(plan.launcher)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> int:
+        from filelock import FileLock, Timeout
+
+        sweep_dir = self.plan.sweep_dir
+        try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(sweep_dir / LOCK_FILE))
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise SweepError(f"another sweep is running in {sweep_dir} (lock {LOCK_FILE} held): wait for it, or choose another hydra.sweep.dir") from None
+        except OSError as e:
+            raise SweepError(f"cannot write the sweep dir {sweep_dir}: {e.strerror}; choose a writable hydra.sweep.dir") from None
+        try:
+            return self._run_locked()
+        finally:
+            lock.release()
+
+    def _run_locked(self) -> int:
+        plan = self.plan
+        self._load_finished()
+        self.executor = backends.make_executor(plan.launcher, plan.time_limit_s)
+        self._reattach()
+        self._write_meta("running")
+        _point_latest(plan.sweep_dir)
+        reused = len(self.results)
+        self.display.log(
+            f"sweep {plan.meta.sweep_id}: {plan.meta.machine}, global_batch_size={plan.meta.global_batch_size}, "
+            f"search={plan.search}, {sum(c.valid for c in plan.candidates)} valid pairs, dir {plan.sweep_dir}"
+            + (f"; reusing {reused} finished trial(s)" if reused else "")
+        )
+        previous = signal.signal(signal.SIGINT, _raise_interrupted)
+        previous_term = signal.signal(signal.SIGTERM, _raise_interrupted)
+        try:
+            with self.display:
+                self._publish()
+                self._loop()
+        except Interrupted:
+            return self._interrupted()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, previous_term)
+        return self._finish()
+
+    def _loop(self) -> None:
+        while True:
+            landed = self._collect()
+            proposal = self.strategy.propose(self.results, set(self.in_flight))
+            free = self.plan.max_in_flight - len(self.in_flight)
+            started = 0
+            for cand in proposal.candidates:
+                if started >= free:
+                    break
+                if cand.key in self.results or cand.key in self.in_flight or not cand.valid:
+                    continue
+                self._submit(cand)
+                started += 1
+            if landed or started:
+                self._publish()
+            if not self.in_flight and (proposal.done or not started):
+                # Not done yet nothing proposed and nothing running: the strategy cannot go on.
+                return
+            time.sleep(self.poll_interval_s)
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def _submit(self, cand: Candidate) -> None:
+        from .job import run_job
+
+        tdir = trial_dir(self.plan.sweep_dir, cand.key)
+        tdir.mkdir(parents=True, exist_ok=True)
+        spec = self.plan.spec(cand, tdir)
+        job = self.executor.submit(run_job, spec)
+        backends.remember_job(tdir, job, self.cluster)
+        self.in_flight[cand.key] = InFlight(cand, job, spec, time.monotonic())
+        self.display.log(f"started accum={cand.accum} split={cand.split} (job {job.job_id}, log {backends.job_log(job)})")
+
+    def _collect(self) -> int:
+        landed = 0
+        now = time.monotonic()
+        for key, f in list(self.in_flight.items()):
+            # On Slurm, queueing time is not trial time: its own --time limit (timeout_min) applies there.
+            if self.cluster == "local" and not f.timed_out and now - f.started > self.plan.time_limit_s:
+                f.timed_out = True
+                f.job.cancel(check=False)
+                self.display.log(f"accum={f.cand.accum} split={f.cand.split}: over trial.time_limit_s={self.plan.time_limit_s:g}, stopping it")
+            if not f.job.done():
+                continue
+            res = backends.ended_job_result(
+                f.job, f.spec, trial_dir(self.plan.sweep_dir, key), timed_out=f.timed_out, cancelled=f.cancelled, wall_s=now - f.started
+            )
+            del self.in_flight[key]
+            self.results[key] = res
+            landed += 1
+            self.display.log(_landed_line(res))
+        return landed
+
+    def _load_finished(self) -> None:
+        for key, res in collect_results(self.plan.sweep_dir).items():
+            # A cancelled trial was interrupted, not measured: a resumed sweep runs it again.
+            if key in self.by_key and res.status != CANCELLED:
+                self.results[key] = res
+
+    def _reattach(self) -> None:
+        folder = str(self.plan.launcher["submitit_folder"])
+        for cand in self.plan.candidates:
+            if cand.key in self.results or not cand.valid:
+                continue
+            tdir = trial_dir(self.plan.sweep_dir, cand.key)
+            job = backends.reattach(tdir, folder)
+            if job is not None:
+                self.in_flight[cand.key] = InFlight(cand, job, self.plan.spec(cand, tdir), time.monotonic())
+                self.display.log(f"re-attached to running job {job.job_id} for accum={cand.accum} split={cand.split}")
+
+    # -- output -------------------------------------------------------------------------------
+    def _rows(self) -> list[dict[str, Any]]:
+        return build_table(self.plan.meta, self.plan.candidates, self.results, set(self.in_flight))
+
+    def _recommendation(self, done: bool) -> dict[str, Any] | None:
+        from .confidence import confidence_score
+
+        conf = confidence_score(self.plan.candidates, self.results, done=done)
+        return recommendation(self.plan.meta, self.results, conf)
+
+    def _publish(self, done: bool = False) -> dict[str, Any] | None:
+        rows = self._rows()
+        atomic_write_text(self.plan.sweep_dir / TABLE_FILE, table_csv(rows))
+        rec = self._recommendation(done)
+        if rec is not None:
+            atomic_write_text(self.plan.sweep_dir / RECOMMENDATION_FILE, yaml.safe_dump(rec, sort_keys=False))
+            marker = (rec["accum"], rec["split"], rec["confidence"])
+            if marker != self.last_rec:
+                self.last_rec = marker
+                self.display.log(recommendation_line(rec))
+        finished = sum(1 for r in self.results.values())
+        self.display.update(rows, f"{finished} finished, {len(self.in_flight)} running, {len(self.plan.candidates)} candidates")
+        return rec
+
+    def _write_meta(self, state: str) -> None:
+        meta = {
+            "schema_version": 1,
+            "sweep_id": self.plan.meta.sweep_id,
+            "machine": self.plan.meta.machine,
+            "workload": self.plan.meta.workload,
+            "global_batch_size": self.plan.meta.global_batch_size,
+            "num_devices": self.plan.meta.num_devices,
+            "search": self.plan.search,
+            "launcher": self.cluster,
+            "started_at": self._started_at(),
+            "finished_at": backends.now_iso() if state != "running" else None,
+            "state": state,
+            "command": "python -m sweep " + " ".join(self.plan.overrides),
+        }
+        atomic_write_text(self.plan.sweep_dir / META_FILE, json.dumps(meta, indent=2) + "\n")
+
+    def _started_at(self) -> str:
+        try:
+            return json.loads((self.plan.sweep_dir / META_FILE).read_text())["started_at"]
+        except (OSError, ValueError, KeyError):
+            return backends.now_iso()
+
+    def _finish(self) -> int:
+        rec = self._publish(done=True)
+        self._write_meta("done")
+        rows = self._rows()
+        counts = {}
+        for r in self.results.values():
+            counts[r.status] = counts.get(r.status, 0) + 1
+        summary = [
+            "trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
+            recommendation_line(rec),
+        ]
+        if rec is not None:
+            summary.append(f"flags: {rec['flags']}")
+        summary.append(f"results: {self.plan.sweep_dir / TABLE_FILE}")
+        self.display.final(rows, summary)
+        return 0 if rec is not None else 1
+
+    def _interrupted(self) -> int:
+        for f in self.in_flight.values():
+            f.cancelled = True
+            f.job.cancel(check=False)
+        deadline = time.monotonic() + 10
+        while self.in_flight and time.monotonic() < deadline:
+            self._collect()
+            time.sleep(0.1)
+        self._publish()
+        self._write_meta("interrupted")
+        print(
+            f"interrupted: in-flight trials cancelled; finished results are kept in {self.plan.sweep_dir}; "
+            f"resume with: python -m sweep resume={self.plan.sweep_dir}",
+            flush=True,
+        )
+        return 130
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted()
+
+
+def _landed_line(res: TrialResult) -> str:
+    head = f"accum={res.accum} split={res.split}: {res.status}"
+    if res.status == OK and res.throughput:
+        return f"{head} {res.throughput:.1f} samples/s [{res.throughput_low:.1f}, {res.throughput_high:.1f}], peak {res.peak_mem_gib or 0:.2f} GiB"
+    phase = f" in {res.oom_phase}" if res.oom_phase else ""
+    return f"{head}{phase}: {res.error} (log {res.log})"
+
+
+def _point_latest(sweep_dir: Path) -> None:
+    """<parent>/latest -> this sweep, swapped atomically so readers never see it missing."""
+    link = sweep_dir.parent / "latest"
+    tmp = sweep_dir.parent / f".latest.{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(sweep_dir.name)
+        os.replace(tmp, link)
+    except OSError:
+        pass  # a convenience link is not worth failing a sweep over

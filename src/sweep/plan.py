@@ -1,0 +1,193 @@
+"""Turn a composed config plus the multirun overrides into a checked sweep plan.
+
+Everything a user can get wrong is checked here, before a directory is made or a
+job is launched, and reported as one SweepError line naming the value and what
+would be valid.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .ranking import SweepMeta
+from .space import Candidate, SpaceError, check_positive_int, enumerate_candidates
+
+SWEEPABLE = ("accum", "split")
+DEVICES = ("cpu", "cuda")
+WORKLOADS = ("rnnt", "command")
+
+
+class SweepError(Exception):
+    """A problem the user can fix; str() is one line naming the bad value and what is valid."""
+
+
+@dataclass
+class SweepPlan:
+    meta: SweepMeta
+    candidates: list[Candidate]
+    sweep_dir: Path
+    search: str
+    max_trials: int | None
+    max_in_flight: int
+    time_limit_s: float
+    machine: dict[str, Any]
+    workload: dict[str, Any]
+    trial: dict[str, Any]
+    launcher: dict[str, Any]  # hydra.launcher, resolved
+    dry_run: bool = False
+    live: bool | None = None
+    resumed: bool = False
+    overrides: list[str] = field(default_factory=list)
+
+    def spec(self, cand: Candidate, trial_dir: Path) -> dict[str, Any]:
+        """Everything one trial job needs, as plain data (it is pickled into the job)."""
+        return {
+            "accum": cand.accum,
+            "split": cand.split,
+            "per_device_batch": cand.per_device_batch,
+            "joint_batch": cand.joint_batch,
+            "global_batch_size": self.meta.global_batch_size,
+            "num_devices": self.meta.num_devices,
+            "machine": dict(self.machine),
+            "workload": dict(self.workload),
+            "trial": dict(self.trial),
+            "trial_dir": str(trial_dir),
+            "log": "",
+        }
+
+
+def split_overrides(arguments: Sequence[str]) -> tuple[dict[str, list[Any]], list[str]]:
+    """Separate the swept knobs (`accum=1,2,4`) from the fixed overrides.
+
+    Hydra has already applied the fixed overrides to the config; the sweep overrides
+    it leaves to the Sweeper, and only accum and split may be swept.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    swept: dict[str, list[Any]] = {}
+    fixed: list[str] = []
+    for override in OverridesParser.create().parse_overrides(list(arguments)):
+        if not override.is_sweep_override():
+            fixed.append(override.input_line or "")
+            continue
+        key = override.get_key_element()
+        if key not in SWEEPABLE:
+            raise SweepError(
+                f"{override.input_line!r}: only accum and split can be swept "
+                f"(e.g. accum=1,2,4 split=1,2,4); give {key} a single value"
+            )
+        swept[key] = list(override.sweep_iterator())
+    return swept, fixed
+
+
+def knob_values(name: str, swept: Mapping[str, list[Any]], configured: Any) -> list[Any] | None:
+    """Values for one knob: the multirun list, else the config (int or list), else None = derive."""
+    if name in swept:
+        return swept[name]
+    if configured is None:
+        return None
+    if isinstance(configured, (list, tuple)):
+        return list(configured)
+    return [configured]
+
+
+def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
+    """cfg: the composed config (DictConfig) without the sweep overrides."""
+    from omegaconf import OmegaConf
+
+    swept, fixed = split_overrides(arguments)
+    machine = OmegaConf.to_container(cfg.machine, resolve=True)
+    workload = OmegaConf.to_container(cfg.workload, resolve=True)
+    trial = OmegaConf.to_container(cfg.trial, resolve=True)
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert isinstance(machine, dict) and isinstance(workload, dict) and isinstance(trial, dict)
+    assert isinstance(launcher, dict)
+
+    _check_machine(machine)
+    _check_trial(trial)
+    if workload.get("name") not in WORKLOADS:
+        raise SweepError(f"workload.name={workload.get('name')!r} is not valid: expected one of {', '.join(WORKLOADS)}")
+    max_in_flight = _positive("max_in_flight", cfg.max_in_flight)
+    search = str(cfg.search.name)
+    max_trials = None if cfg.search.max_trials is None else _positive("search.max_trials", cfg.search.max_trials)
+
+    try:
+        candidates = enumerate_candidates(
+            cfg.global_batch_size,
+            machine["num_devices"],
+            knob_values("accum", swept, _plain(cfg.accum)),
+            knob_values("split", swept, _plain(cfg.split)),
+        )
+    except SpaceError as e:
+        raise SweepError(str(e)) from None
+
+    # Checked here so that a typo in search= fails before anything is written.
+    from .strategies import make_strategy
+
+    try:
+        make_strategy(search, candidates, max_trials)
+    except ValueError as e:
+        raise SweepError(str(e)) from None
+
+    meta = SweepMeta(
+        sweep_id=sweep_dir.name,
+        machine=str(machine["name"]),
+        workload=str(workload["name"]),
+        global_batch_size=int(cfg.global_batch_size),
+        num_devices=int(machine["num_devices"]),
+    )
+    return SweepPlan(
+        meta=meta,
+        candidates=candidates,
+        sweep_dir=sweep_dir,
+        search=search,
+        max_trials=max_trials,
+        max_in_flight=max_in_flight,
+        time_limit_s=float(trial["time_limit_s"]),
+        machine=machine,
+        workload=workload,
+        trial=trial,
+        launcher=launcher,
+        dry_run=bool(cfg.dry_run),
+        live=cfg.live,
+        overrides=list(arguments),
+    )
+
+
+def _plain(value: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def _positive(name: str, value: Any) -> int:
+    try:
+        return check_positive_int(name, value)
+    except SpaceError as e:
+        raise SweepError(str(e)) from None
+
+
+def _check_machine(machine: dict[str, Any]) -> None:
+    if machine.get("device") not in DEVICES:
+        raise SweepError(f"machine.device={machine.get('device')!r} is not valid: expected one of {', '.join(DEVICES)}")
+    num, nodes = _positive("machine.num_devices", machine.get("num_devices")), _positive("machine.nodes", machine.get("nodes"))
+    if num % nodes:
+        raise SweepError(f"machine.num_devices={num} is not divisible by machine.nodes={nodes}: each node runs the same number of ranks")
+    mem = machine.get("memory_gib")
+    if not isinstance(mem, (int, float)) or isinstance(mem, bool) or not math.isfinite(mem) or mem <= 0:
+        raise SweepError(f"machine.memory_gib={mem!r} is not valid: expected a positive number of GiB")
+    if machine.get("cpu_threads") is not None:
+        _positive("machine.cpu_threads", machine["cpu_threads"])
+
+
+def _check_trial(trial: dict[str, Any]) -> None:
+    _positive("trial.measure_steps", trial.get("measure_steps"))
+    warmup = trial.get("warmup_steps")
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+        raise SweepError(f"trial.warmup_steps={warmup!r} is not valid: expected an integer >= 0")
+    limit = trial.get("time_limit_s")
+    if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not limit > 0:
+        raise SweepError(f"trial.time_limit_s={limit!r} is not valid: expected a positive number of seconds")

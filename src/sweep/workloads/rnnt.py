@@ -1,0 +1,309 @@
+"""A real RNN-T training step with gradient accumulation and batch splitting.
+
+The step follows Myrtle's recipe: the encoder and prediction networks run on
+the whole per-device micro-batch; their outputs are cut from the graph and the
+joint network + loss (whose 4-D output dominates memory) run on `split`
+chunks, each chunk's backward accumulating into the cut outputs' gradients;
+then one backward through the encoder and prediction networks. Gradients
+accumulate over `accum` micro-batches, then one optimizer step.
+
+Losses are summed per utterance and divided by the global batch size, so the
+gradient is the same for every (accum, split, num_devices) at a fixed global
+batch: the sweep compares speed, never a different training run.
+
+Method names are part of the interface: OOM classification from logs reads
+the traceback's function names (`encode`, `predict`, `joint_and_loss`,
+`backward_encoder`, `optimizer_step`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import traceback
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from sweep.memory import DeviceOOM, drop_exception, free_device_memory, is_oom_error, oom_summary
+from sweep.results import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER
+
+BLANK = 0
+
+# Status codes all ranks exchange before any gradient traffic. MAX picks the
+# one every rank reports, so a real bug (FAILED) outranks an OOM.
+_OK, _FAILED = 0, len((PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER)) + 1
+_PHASE_CODE = {PHASE_ENCODER: 1, PHASE_JOINT: 2, PHASE_OPTIMIZER: 3}
+_CODE_PHASE = {v: k for k, v in _PHASE_CODE.items()}
+
+
+# ---------------------------------------------------------------- loss
+
+
+def rnnt_loss(log_probs: torch.Tensor, labels: torch.Tensor, blank: int = BLANK) -> torch.Tensor:
+    """Per-utterance negative log-likelihood, shape (B,), for fixed-length inputs.
+
+    log_probs: (B, T, U+1, V) log-softmax output of the joint; labels: (B, U).
+    Forward variables alpha(t, u) over the lattice, one time step at a time:
+    within a row, emissions form a linear recurrence in log space, solved in
+    one shot with a cumulative sum and a log-cumsum-exp along u.
+    """
+    B, T, U1, V = log_probs.shape
+    blank_lp = log_probs[..., blank]  # (B, T, U+1)
+    index = labels[:, None, :, None].expand(B, T, U1 - 1, 1)
+    emit_lp = log_probs[:, :, :-1, :].gather(3, index).squeeze(3)  # (B, T, U)
+    zero = log_probs.new_zeros(B, 1)
+
+    def row(from_below: torch.Tensor, t: int) -> torch.Tensor:
+        # alpha(t,u) = logsumexp_k<=u [from_below(k) + sum_{k<=j<u} emit(t,j)]
+        csum = torch.cat([zero, emit_lp[:, t].cumsum(1)], dim=1)
+        return csum + torch.logcumsumexp(from_below - csum, dim=1)
+
+    alpha = torch.cat([zero, emit_lp[:, 0].cumsum(1)], dim=1)  # t = 0: emissions only
+    for t in range(1, T):
+        alpha = row(alpha + blank_lp[:, t - 1], t)
+    return -(alpha[:, -1] + blank_lp[:, -1, -1])
+
+
+def rnnt_loss_bruteforce(log_probs: torch.Tensor, labels: torch.Tensor, blank: int = BLANK) -> torch.Tensor:
+    """The same NLL by enumerating every alignment; exponential, for tests on tiny inputs."""
+    B, T, U1, _ = log_probs.shape
+    U = U1 - 1
+    out = []
+    for b in range(B):
+        paths = []
+        # An alignment is T-1+U moves from (0,0) to (T-1,U): U emissions, T-1 blanks,
+        # then the final blank at (T-1, U).
+        for emits in itertools.combinations(range(T - 1 + U), U):
+            t = u = 0
+            score = log_probs.new_zeros(())
+            for move in range(T - 1 + U):
+                if move in emits:
+                    score = score + log_probs[b, t, u, labels[b, u]]
+                    u += 1
+                else:
+                    score = score + log_probs[b, t, u, blank]
+                    t += 1
+            paths.append(score + log_probs[b, T - 1, U, blank])
+        out.append(-torch.logsumexp(torch.stack(paths), dim=0))
+    return torch.stack(out)
+
+
+# ---------------------------------------------------------------- model
+
+
+class RNNT(nn.Module):
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        self.subsample = int(cfg.subsample)
+        self.encoder = nn.LSTM(cfg.feat_dim * cfg.subsample, cfg.enc_hidden, num_layers=cfg.enc_layers, batch_first=True)
+        self.embed = nn.Embedding(cfg.vocab, cfg.pred_hidden)
+        self.pred_rnn = nn.LSTM(cfg.pred_hidden, cfg.pred_hidden, batch_first=True)
+        self.joint_enc = nn.Linear(cfg.enc_hidden, cfg.joint_hidden)
+        self.joint_pred = nn.Linear(cfg.pred_hidden, cfg.joint_hidden)
+        self.joint_out = nn.Linear(cfg.joint_hidden, cfg.vocab)
+
+    def encoder_forward(self, feats: torch.Tensor) -> torch.Tensor:
+        B, T, F = feats.shape
+        T = T - T % self.subsample  # time stacking drops the ragged tail
+        stacked = feats[:, :T].reshape(B, T // self.subsample, F * self.subsample)
+        return self.encoder(stacked)[0]
+
+    def prediction_forward(self, labels: torch.Tensor) -> torch.Tensor:
+        blank_prefixed = torch.cat([labels.new_full((labels.shape[0], 1), BLANK), labels], dim=1)
+        return self.pred_rnn(self.embed(blank_prefixed))[0]
+
+    def joint_forward(self, enc: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+        hidden = self.joint_enc(enc)[:, :, None, :] + self.joint_pred(pred)[:, None, :, :]  # (B, T, U+1, H)
+        return torch.log_softmax(self.joint_out(torch.tanh(hidden)), dim=-1)
+
+
+# ---------------------------------------------------------------- data
+
+
+def synthetic_sample(cfg, seed: int, step_index: int, sample_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One utterance: features (frames, feat_dim) and labels (label_len,) in 1..V-1.
+
+    Seeded per sample of the global batch, so the global batch is the same
+    whatever way the pair cuts it into ranks, micro-batches and chunks.
+    """
+    gen = torch.Generator().manual_seed((seed << 40) + (step_index << 20) + sample_index)
+    feats = torch.randn(cfg.frames, cfg.feat_dim, generator=gen)
+    labels = torch.randint(1, cfg.vocab, (cfg.label_len,), generator=gen)
+    return feats, labels
+
+
+def synthetic_batch(cfg, seed, step_index, micro_index, rank, per_device_batch, accum):
+    """The (features, labels) micro-batch of `rank` at `micro_index`: a contiguous slice of the global batch."""
+    first = (rank * accum + micro_index) * per_device_batch
+    samples = [synthetic_sample(cfg, seed, step_index, first + i) for i in range(per_device_batch)]
+    return torch.stack([s[0] for s in samples]), torch.stack([s[1] for s in samples])
+
+
+# ---------------------------------------------------------------- workload
+
+
+@dataclass
+class _Failure:
+    """What went wrong on this rank inside a guarded region."""
+
+    code: int
+    message: str
+    traceback_text: str = ""
+    error: Optional[BaseException] = None  # a non-OOM exception, re-raised as is on its own rank
+
+
+class RNNTWorkload:
+    """The RNN-T model, optimizer and synthetic data of one rank."""
+
+    def __init__(self, cfg, device: torch.device, rank: int = 0, world_size: int = 1) -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.rank, self.world_size = rank, world_size
+        torch.manual_seed(cfg.seed)  # same init on every rank, so no broadcast is needed
+        self.model = RNNT(cfg).to(self.device)
+        if cfg.optimizer == "adam":
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        elif cfg.optimizer == "sgd":
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.0)
+        else:
+            raise ValueError(f"workload.optimizer={cfg.optimizer!r} is not valid: expected 'adam' or 'sgd'")
+        self.data_seed = int(cfg.seed)
+        self._phase: Optional[str] = None
+        # Called with the new phase on every change; memory tests hang peak resets on it.
+        self.on_phase: Optional[Callable[[Optional[str]], None]] = None
+
+    @property
+    def phase(self) -> Optional[str]:
+        """The part of the step in progress: PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER or None."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: Optional[str]) -> None:
+        self._phase = value
+        if self.on_phase is not None:
+            self.on_phase(value)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- the pieces of one micro-batch (names read by log-based OOM classification)
+
+    def encode(self, feats: torch.Tensor) -> torch.Tensor:
+        return self.model.encoder_forward(feats)
+
+    def predict(self, labels: torch.Tensor) -> torch.Tensor:
+        return self.model.prediction_forward(labels)
+
+    def joint_and_loss(self, enc: torch.Tensor, pred: torch.Tensor, labels: torch.Tensor, scale: float) -> torch.Tensor:
+        """Joint + loss forward and backward for one chunk; returns the chunk's (scaled) loss, detached."""
+        loss = rnnt_loss(self.model.joint_forward(enc, pred), labels).sum() * scale
+        loss.backward()
+        return loss.detach()
+
+    def backward_encoder(self, enc: torch.Tensor, pred: torch.Tensor, enc_grad: torch.Tensor, pred_grad: torch.Tensor) -> None:
+        torch.autograd.backward([enc, pred], [enc_grad, pred_grad])
+
+    def optimizer_step(self) -> None:
+        if self.world_size > 1:
+            for p in self.model.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # in place: nothing new to allocate
+        self.optimizer.step()
+
+    def micro_batch(self, per_device_batch: int, accum: int, split: int, step_index: int, micro_index: int) -> torch.Tensor:
+        """Forward and backward of one micro-batch, gradients added to .grad; returns its loss."""
+        feats, labels = synthetic_batch(self.cfg, self.data_seed, step_index, micro_index, self.rank, per_device_batch, accum)
+        feats, labels = feats.to(self.device), labels.to(self.device)
+        scale = 1.0 / (per_device_batch * accum * self.world_size)
+        self.phase = PHASE_ENCODER
+        enc, pred = self.encode(feats), self.predict(labels)
+        # Cut here: each joint chunk's backward stops at these leaves and adds into their .grad.
+        enc_cut, pred_cut = enc.detach().requires_grad_(), pred.detach().requires_grad_()
+        self.phase = PHASE_JOINT
+        joint_batch = per_device_batch // split
+        loss = torch.zeros((), device=self.device)
+        for c in range(split):
+            chunk = slice(c * joint_batch, (c + 1) * joint_batch)
+            loss += self.joint_and_loss(enc_cut[chunk], pred_cut[chunk], labels[chunk], scale)
+        self.phase = PHASE_ENCODER
+        self.backward_encoder(enc, pred, enc_cut.grad, pred_cut.grad)
+        return loss
+
+    # -- whole steps
+
+    def train_step(self, per_device_batch: int, accum: int, split: int, step_index: int) -> None:
+        """One optimizer step over the global batch. Raises DeviceOOM (the same on every rank) on OOM."""
+        self._accumulate(per_device_batch, accum, split, step_index)
+        self.phase = PHASE_OPTIMIZER
+        self._all_ranks_or_raise(self._guard(self.optimizer_step))
+        self.phase = None
+
+    def gradients(self, per_device_batch: int, accum: int, split: int, step_index: int = 0) -> dict[str, torch.Tensor]:
+        """The (all-reduced) gradient one step would apply, without applying it; for equivalence tests."""
+        self._accumulate(per_device_batch, accum, split, step_index)
+        grads = {}
+        for name, p in self.model.named_parameters():
+            g = p.grad.detach().clone()
+            if self.world_size > 1:
+                dist.all_reduce(g, op=dist.ReduceOp.SUM)
+            grads[name] = g
+        self.phase = None
+        return grads
+
+    def _accumulate(self, per_device_batch: int, accum: int, split: int, step_index: int) -> None:
+        if per_device_batch < 1 or split < 1 or per_device_batch % split:
+            raise ValueError(f"per_device_batch={per_device_batch} is not a positive multiple of split={split}")
+        self.model.zero_grad(set_to_none=True)
+
+        def all_micro_batches() -> None:
+            for m in range(accum):
+                self.micro_batch(per_device_batch, accum, split, step_index, m)
+
+        # Every rank reports before any gradient traffic, so a rank that ran out of
+        # memory (or broke) cannot leave the others waiting in an all-reduce.
+        self._all_ranks_or_raise(self._guard(all_micro_batches))
+
+    def _guard(self, fn: Callable[[], None]) -> Optional[_Failure]:
+        """Run fn; turn an exception into a _Failure with the big tensors it pinned released."""
+        try:
+            fn()
+            return None
+        except Exception as exc:  # noqa: BLE001 - sorted below: OOM vs anything else
+            if not is_oom_error(exc):
+                return _Failure(_FAILED, f"{type(exc).__name__}: {exc}".splitlines()[0], error=exc)
+            phase = self.phase or PHASE_ENCODER
+            failure = _Failure(_PHASE_CODE[phase], oom_summary(exc), "".join(traceback.format_exception(exc)))
+            drop_exception(exc)
+        # Out of the except block: the traceback's frames (and the activations they
+        # held) are unreachable now, so this actually frees them.
+        self.model.zero_grad(set_to_none=True)
+        free_device_memory(self.device)
+        return failure
+
+    def _all_ranks_or_raise(self, failure: Optional[_Failure]) -> None:
+        code, first_rank, message = (failure.code if failure else _OK), self.rank, failure.message if failure else ""
+        if self.world_size > 1:
+            comm = self.device if dist.get_backend() == "nccl" else torch.device("cpu")
+            status = torch.tensor([code], device=comm)
+            dist.all_reduce(status, op=dist.ReduceOp.MAX)
+            if int(status.item()) == _OK:
+                return
+            reports = [None] * self.world_size
+            dist.all_gather_object(reports, (code, message))
+            code = int(status.item())
+            first_rank = next(r for r, (c, _) in enumerate(reports) if c == code)
+            message = reports[first_rank][1]
+        if code == _OK:
+            return
+        if failure is not None and failure.error is not None and code == _FAILED:
+            raise failure.error
+        if code == _FAILED:
+            raise RuntimeError(f"rank {first_rank} failed: {message}")
+        phase = _CODE_PHASE[code]
+        self.phase = phase
+        tb = failure.traceback_text if failure is not None and first_rank == self.rank else ""
+        raise DeviceOOM(phase, f"{message} in phase {phase}", rank=first_rank, traceback_text=tb)

@@ -1,0 +1,478 @@
+#!/usr/bin/env bash
+# A real, single-node Slurm cluster on localhost for the test suite.
+#
+#   cluster.sh install            apt-get install slurm-wlm, slurmdbd, munge and
+#                                 mariadb-server if any is missing (idempotent)
+#   cluster.sh start  STATE_DIR   write configs under STATE_DIR, start munged,
+#                                 mariadbd, slurmdbd, slurmctld and slurmd, wait
+#                                 until the node is idle and sacct answers, then
+#                                 print "SLURM_CONF=STATE_DIR/slurm.conf" on stdout
+#   cluster.sh stop   STATE_DIR   cancel the cluster's jobs, then stop exactly the
+#                                 daemons that `start` recorded (TERM, then KILL)
+#   cluster.sh status STATE_DIR   show the recorded daemons and the node state
+#
+# Everything (configs, munge key and socket, MariaDB datadir and socket, Slurm
+# state, spool, logs, pid files) lives under STATE_DIR; every TCP port is picked
+# free at start and bound to loopback where the daemon allows it. /etc/slurm and
+# /etc/munge of the host are never read or written. Progress goes to stderr;
+# stdout of `start` is the single SLURM_CONF=... line. Needs root.
+#
+# Tunables (environment): SLURM_TEST_CLUSTER (cluster name, default "sweeptest"),
+# SLURM_TEST_START_TIMEOUT (seconds to wait for the cluster, default 90).
+
+set -euo pipefail
+
+readonly PROG=${0##*/}
+readonly PACKAGES=(slurm-wlm slurmdbd munge mariadb-server)
+readonly PARTITION=debug
+readonly CLUSTER=${SLURM_TEST_CLUSTER:-sweeptest}
+readonly START_TIMEOUT=${SLURM_TEST_START_TIMEOUT:-90}
+readonly STOP_TIMEOUT=20 # per daemon, before SIGKILL
+# Unix sockets (munge, MariaDB, slurmstepd) must fit in sun_path (108 bytes).
+readonly MAX_STATE_DIR_LEN=70
+
+export PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() { printf '%s: ERROR: %s\n' "$PROG" "$*" >&2; exit 1; }
+
+# die_log MESSAGE LOGFILE: fail with one line naming the log, then its tail.
+die_log() {
+  local msg=$1 log=$2
+  printf '%s: ERROR: %s; read %s (last lines below)\n' "$PROG" "$msg" "$log" >&2
+  if [[ -s $log ]]; then tail -n 25 "$log" | sed 's/^/    | /' >&2; else echo "    | (log is empty or missing)" >&2; fi
+  exit 1
+}
+
+need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root (uid is $(id -u))"; }
+
+# --------------------------------------------------------------------- install
+
+missing_packages() {
+  local p
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
+  done
+}
+
+cmd_install() {
+  command -v dpkg-query >/dev/null || die "dpkg-query not found: only Debian/Ubuntu hosts are supported"
+  local missing
+  mapfile -t missing < <(missing_packages)
+  if (( ${#missing[@]} == 0 )); then
+    say "packages already installed: ${PACKAGES[*]}"
+    return 0
+  fi
+  need_root
+  command -v apt-get >/dev/null || die "apt-get not found; cannot install ${missing[*]}"
+  say "installing ${missing[*]} (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  # Package scripts must not start the system's munge/mariadb/slurm services:
+  # the tests run their own. policy-rc.d exit 101 = "action forbidden".
+  local policy=/usr/sbin/policy-rc.d
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+    trap 'rm -f "'"$policy"'"' EXIT
+  fi
+  local apt=(apt-get -q -o DPkg::Lock::Timeout=300
+             -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
+  "${apt[@]}" update >&2 || die "apt-get update failed"
+  "${apt[@]}" install -y --no-install-recommends "${PACKAGES[@]}" </dev/null >&2 \
+    || die "apt-get install ${PACKAGES[*]} failed"
+  mapfile -t missing < <(missing_packages)
+  (( ${#missing[@]} == 0 )) || die "still missing after apt-get install: ${missing[*]}"
+  say "installed ${PACKAGES[*]}"
+}
+
+# ----------------------------------------------------------------- helpers
+
+# Field 22 of /proc/PID/stat: start time in clock ticks since boot. Together with
+# the PID it identifies a process, so `stop` never signals a recycled PID.
+proc_start_time() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) } # drop "pid (comm) ", comm may contain spaces
+  set -- $stat
+  echo "${20}"
+}
+
+# alive PID STARTTIME: the recorded process is still running (zombies count as gone).
+alive() {
+  local st
+  st=$(proc_start_time "$1") || return 1
+  [[ $st == "$2" ]] && running "$1"
+}
+
+# pick_port VAR: set VAR to a TCP port that nothing on this host is bound to (any
+# state, IPv4 or IPv6) and that no earlier pick_port call returned.
+declare -a TAKEN_PORTS=()
+pick_port() {
+  local port hex tries
+  for (( tries = 0; tries < 200; tries++ )); do
+    port=$(( 20000 + RANDOM % 30000 ))
+    [[ " ${TAKEN_PORTS[*]-} " == *" $port "* ]] && continue
+    hex=$(printf ':%04X' "$port")
+    if ! awk -v h="$hex" 'FNR > 1 && substr($2, length($2) - 4) == h { f = 1 } END { exit !f }' \
+        /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+      TAKEN_PORTS+=("$port")
+      printf -v "$1" '%s' "$port"
+      return 0
+    fi
+  done
+  die "no free TCP port found"
+}
+
+# running PID: the process exists and is not a zombie.
+running() {
+  local state
+  state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null) || return 1
+  [[ -n $state && $state != Z && $state != X ]]
+}
+
+# start_daemon NAME LOG CMD...: run CMD in the foreground of its own session, in
+# the background of this script; record "NAME PID STARTTIME" in $PIDS_FILE.
+start_daemon() {
+  local name=$1 log=$2 pid st
+  shift 2
+  say "starting $name (log: $log)"
+  # setsid does not fork here (a background child of a shell without job control
+  # is not a process-group leader), so $! is the daemon's own PID.
+  setsid "$@" </dev/null >>"$log" 2>&1 &
+  pid=$!
+  st=$(proc_start_time "$pid") || die_log "$name exited immediately" "$log"
+  echo "$name $pid $st" >>"$PIDS_FILE"
+  LAST_PID=$pid
+}
+
+# wait_for NAME PID LOG CHECK...: poll CHECK until it succeeds; fail fast with
+# the log's tail if the daemon dies, or after the remaining start budget.
+wait_for() {
+  local name=$1 pid=$2 log=$3
+  shift 3
+  until "$@" >/dev/null 2>&1; do
+    running "$pid" || die_log "$name (pid $pid) exited during startup" "$log"
+    (( SECONDS < DEADLINE )) || die_log "$name not ready within ${START_TIMEOUT}s (waiting for: $*)" "$log"
+    sleep 0.2
+  done
+}
+
+set_state_dir() {
+  [[ -n ${1-} ]] || die "usage: $PROG ${CMD:-start|stop|status} STATE_DIR"
+  mkdir -p "$1"
+  STATE_DIR=$(cd "$1" && pwd -P)
+  PIDS_FILE=$STATE_DIR/daemons.pids
+  SLURM_CONF_FILE=$STATE_DIR/slurm.conf
+  LOG_DIR=$STATE_DIR/log
+  MUNGE_SOCKET=$STATE_DIR/munge/munge.socket
+  DB_SOCKET=$STATE_DIR/mysql/mysqld.sock
+  DB_CNF=$STATE_DIR/mysql/my.cnf
+}
+
+any_recorded_alive() {
+  local name pid st
+  [[ -f $PIDS_FILE ]] || return 1
+  while read -r name pid st; do
+    alive "$pid" "$st" && return 0
+  done <"$PIDS_FILE"
+  return 1
+}
+
+# ------------------------------------------------------------------- start
+
+write_configs() {
+  local host=$1 mem=$2 ctld_port=$3 slurmd_port=$4 dbd_port=$5 db_port=$6 db_pass=$7
+  local s=$STATE_DIR
+
+  cat >"$DB_CNF" <<EOF
+[client]
+socket=$DB_SOCKET
+port=$db_port
+
+[mysqld]
+user=root
+datadir=$s/mysql/data
+socket=$DB_SOCKET
+port=$db_port
+bind-address=127.0.0.1
+pid-file=$s/run/mariadbd.pid
+skip-name-resolve
+skip-log-bin
+innodb_buffer_pool_size=128M
+innodb_log_file_size=64M
+innodb_lock_wait_timeout=900
+max_allowed_packet=16M
+EOF
+
+  : >"$s/plugstack.conf"
+
+  cat >"$SLURM_CONF_FILE" <<EOF
+# Single-node test cluster written by $PROG; all state lives in $s.
+ClusterName=$CLUSTER
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MUNGE_SOCKET
+StateSaveLocation=$s/state
+SlurmdSpoolDir=$s/spool
+SlurmctldPidFile=$s/run/slurmctld.pid
+SlurmdPidFile=$s/run/slurmd.pid
+SlurmctldLogFile=$LOG_DIR/slurmctld.log
+SlurmdLogFile=$LOG_DIR/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+PlugStackConfig=$s/plugstack.conf
+# No cgroups in the test machines.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+# Two 1-CPU jobs side by side; a job without --mem gets half the node.
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=$(( mem / 2 ))
+# Trust this file over the hardware probe, so the node never drains for a mismatch.
+SlurmdParameters=config_overrides
+SchedulerType=sched/backfill
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$dbd_port
+JobCompType=jobcomp/none
+# Short timeouts keep the tests fast; finished jobs stay in squeue for MinJobAge
+# seconds and in sacct forever.
+ReturnToService=2
+SlurmctldTimeout=30
+SlurmdTimeout=60
+InactiveLimit=0
+KillWait=5
+MinJobAge=60
+WaitTime=0
+NodeName=$host NodeAddr=127.0.0.1 NodeHostname=$host CPUs=2 RealMemory=$mem State=UNKNOWN
+PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+
+  # slurmdbd reads slurmdbd.conf from the directory of \$SLURM_CONF; it must be
+  # owned by SlurmUser and not readable by anyone else.
+  ( umask 077; cat >"$s/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCKET
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$dbd_port
+SlurmUser=root
+DebugLevel=info
+LogFile=$LOG_DIR/slurmdbd.log
+PidFile=$s/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$db_port
+StorageUser=slurm
+StoragePass=$db_pass
+StorageLoc=slurm_acct_db
+EOF
+  )
+  chmod 600 "$s/slurmdbd.conf"
+}
+
+node_memory_mb() {
+  local mem
+  mem=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -n1)
+  if [[ -z $mem ]]; then
+    mem=$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)
+  fi
+  [[ $mem =~ ^[0-9]+$ ]] && (( mem > 0 )) || die "cannot determine the node's memory"
+  echo "$mem"
+}
+
+munge_works() { munge -S "$MUNGE_SOCKET" -n | unmunge -S "$MUNGE_SOCKET"; }
+db_answers() { mariadb --defaults-file="$DB_CNF" -u root -e 'SELECT 1'; }
+dbd_answers() { sacctmgr -n -P list cluster format=cluster; }
+ctld_up() { scontrol ping | grep -q 'is UP'; }
+node_idle() { [[ $(sinfo -h -o %T) == idle ]]; }
+sacct_answers() { sacct -n -X -a -S now; }
+cluster_registered() { sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; }
+
+on_start_exit() {
+  local rc=$?
+  if (( rc != 0 )); then
+    say "start failed; stopping the daemons it started"
+    cmd_stop "$STATE_DIR" || true
+  fi
+  exit "$rc"
+}
+
+cmd_start() {
+  set_state_dir "${1-}"
+  need_root
+  local mis
+  mis=$(missing_packages | tr '\n' ' ')
+  [[ -z $mis ]] || die "packages missing: ${mis}(run: $0 install)"
+  (( ${#STATE_DIR} <= MAX_STATE_DIR_LEN )) \
+    || die "STATE_DIR path is ${#STATE_DIR} characters, the unix sockets under it need <= $MAX_STATE_DIR_LEN: $STATE_DIR"
+  if any_recorded_alive; then
+    die "a cluster recorded in $PIDS_FILE is still running; run: $0 stop $STATE_DIR"
+  fi
+
+  DEADLINE=$(( SECONDS + START_TIMEOUT ))
+  trap on_start_exit EXIT
+  local t0=$SECONDS
+  local s=$STATE_DIR host mem
+  host=$(uname -n); host=${host%%.*}
+  mem=$(node_memory_mb)
+  mkdir -p "$s"/{run,log,state,spool,mysql}
+  install -d -m 700 "$s/munge"
+  : >"$PIDS_FILE"
+  export SLURM_CONF=$SLURM_CONF_FILE
+
+  local db_pass ctld_port slurmd_port dbd_port db_port
+  db_pass=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  pick_port ctld_port; pick_port slurmd_port; pick_port dbd_port; pick_port db_port
+  write_configs "$host" "$mem" "$ctld_port" "$slurmd_port" "$dbd_port" "$db_port" "$db_pass"
+
+  # --- munged, with its own key and socket
+  if [[ ! -s $s/munge/munge.key ]]; then
+    if command -v mungekey >/dev/null; then
+      mungekey --create --keyfile="$s/munge/munge.key"
+    else
+      ( umask 077; dd if=/dev/urandom of="$s/munge/munge.key" bs=1024 count=1 status=none )
+    fi
+  fi
+  chmod 400 "$s/munge/munge.key"
+  local log=$LOG_DIR/munged.log
+  start_daemon munged "$log" munged --foreground --force --socket="$MUNGE_SOCKET" \
+    --key-file="$s/munge/munge.key" --pid-file="$s/run/munged.pid" \
+    --seed-file="$s/munge/munged.seed" --log-file="$log"
+  wait_for munged "$LAST_PID" "$log" munge_works
+
+  # --- MariaDB, datadir and socket under STATE_DIR, TCP on 127.0.0.1 only
+  log=$LOG_DIR/mariadbd.log
+  if [[ ! -d $s/mysql/data/mysql ]]; then
+    say "initialising MariaDB datadir $s/mysql/data"
+    mariadb-install-db --defaults-file="$DB_CNF" --auth-root-authentication-method=socket \
+      --skip-test-db >"$LOG_DIR/mariadb-install-db.log" 2>&1 \
+      || die_log "mariadb-install-db failed" "$LOG_DIR/mariadb-install-db.log"
+  fi
+  start_daemon mariadbd "$log" mariadbd --defaults-file="$DB_CNF"
+  wait_for mariadbd "$LAST_PID" "$log" db_answers
+  mariadb --defaults-file="$DB_CNF" -u root >>"$log" 2>&1 <<EOF || die_log "creating the slurm database user failed" "$log"
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE OR REPLACE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$db_pass';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+EOF
+
+  # --- slurmdbd
+  log=$LOG_DIR/slurmdbd.log
+  start_daemon slurmdbd "$log" slurmdbd -D
+  wait_for slurmdbd "$LAST_PID" "$log" dbd_answers
+  # Register the cluster (and its root association) before slurmctld connects.
+  cluster_registered || sacctmgr -i add cluster "$CLUSTER" >>"$log" 2>&1 \
+    || die_log "sacctmgr add cluster $CLUSTER failed" "$log"
+
+  # --- slurmctld
+  log=$LOG_DIR/slurmctld.log
+  start_daemon slurmctld "$log" slurmctld -D -f "$SLURM_CONF_FILE"
+  wait_for slurmctld "$LAST_PID" "$log" ctld_up
+
+  # --- slurmd
+  log=$LOG_DIR/slurmd.log
+  start_daemon slurmd "$log" slurmd -D -f "$SLURM_CONF_FILE" -N "$host"
+  wait_for slurmd "$LAST_PID" "$log" node_idle
+  wait_for "slurmdbd (sacct)" "$(awk '$1 == "slurmdbd" { print $2 }' "$PIDS_FILE")" \
+    "$LOG_DIR/slurmdbd.log" sacct_answers
+
+  trap - EXIT
+  say "cluster $CLUSTER up in $(( SECONDS - t0 ))s: node $host idle in partition $PARTITION"
+  echo "SLURM_CONF=$SLURM_CONF_FILE"
+}
+
+# -------------------------------------------------------------------- stop
+
+stop_one() {
+  local name=$1 pid=$2 st=$3 i
+  if ! alive "$pid" "$st"; then
+    say "$name (pid $pid) already gone"
+    return 0
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  for (( i = 0; i < STOP_TIMEOUT * 10; i++ )); do
+    alive "$pid" "$st" || { say "stopped $name (pid $pid)"; return 0; }
+    sleep 0.1
+  done
+  say "$name (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s; sending SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+  for (( i = 0; i < 50; i++ )); do
+    alive "$pid" "$st" || return 0
+    sleep 0.1
+  done
+  say "WARNING: $name (pid $pid) still running after SIGKILL"
+  return 1
+}
+
+# Cancel the cluster's jobs while slurmctld and slurmd are still up, so no
+# slurmstepd or job process outlives the cluster.
+cancel_jobs() {
+  local ids i
+  ids=$(squeue -h -o %A 2>/dev/null) || return 0
+  [[ -n $ids ]] || return 0
+  say "cancelling jobs: $(echo $ids)"
+  # shellcheck disable=SC2086
+  scancel $ids 2>/dev/null || true
+  for (( i = 0; i < 150; i++ )); do # KillWait (5 s) + slack
+    [[ -z $(squeue -h -t PD,R,CG,S -o %A 2>/dev/null) ]] && return 0
+    sleep 0.2
+  done
+  say "WARNING: jobs still not finished: $(squeue -h -o '%A %T' 2>/dev/null | tr '\n' ' ')"
+}
+
+cmd_stop() {
+  set_state_dir "${1-}"
+  if [[ ! -s $PIDS_FILE ]]; then
+    say "no daemons recorded in $PIDS_FILE; nothing to stop"
+    return 0
+  fi
+  if any_recorded_alive && [[ -f $SLURM_CONF_FILE ]]; then
+    SLURM_CONF=$SLURM_CONF_FILE cancel_jobs
+  fi
+  local name pid st rc=0
+  # Reverse start order: slurmd, slurmctld, slurmdbd, mariadbd, munged.
+  while read -r name pid st; do
+    [[ -n $name ]] || continue
+    stop_one "$name" "$pid" "$st" || rc=1
+  done < <(tac "$PIDS_FILE")
+  mv -f "$PIDS_FILE" "$PIDS_FILE.stopped"
+  return "$rc"
+}
+
+# ------------------------------------------------------------------ status
+
+cmd_status() {
+  set_state_dir "${1-}"
+  if [[ ! -s $PIDS_FILE ]]; then
+    echo "stopped (no daemons recorded in $PIDS_FILE)"
+    return 3
+  fi
+  local name pid st rc=0
+  while read -r name pid st; do
+    if alive "$pid" "$st"; then echo "$name: running (pid $pid)"; else echo "$name: NOT running (pid $pid)"; rc=3; fi
+  done <"$PIDS_FILE"
+  echo "SLURM_CONF=$SLURM_CONF_FILE"
+  SLURM_CONF=$SLURM_CONF_FILE sinfo -h -o 'node %N: %T (partition %P)' 2>/dev/null || true
+  return "$rc"
+}
+
+main() {
+  CMD=${1-}
+  case $CMD in
+    install) cmd_install ;;
+    start) cmd_start "${2-}" ;;
+    stop) cmd_stop "${2-}" ;;
+    status) cmd_status "${2-}" ;;
+    *) die "usage: $PROG install | start STATE_DIR | stop STATE_DIR | status STATE_DIR" ;;
+  esac
+}
+
+main "$@"

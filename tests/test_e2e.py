@@ -1,0 +1,65 @@
+"""End to end: `python -m sweep` through the real submitit local executor."""
+
+import csv
+
+import pytest
+import yaml
+
+import sweep
+from sweep_run import TINY, run_sweep
+
+pytestmark = pytest.mark.e2e
+
+
+def test_tiny_sweep_runs_every_pair_and_ranks_them(tmp_path):
+    sweep_dir = tmp_path / "outputs" / "s1"
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *TINY, "accum=1,2", "split=1,2,3"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+
+    rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
+    by_pair = {(int(r["accum"]), int(r["split"])): r for r in rows}
+    assert set(by_pair) == {(a, s) for a in (1, 2) for s in (1, 2, 3)}
+    # split=3 breaks joint_batch = per_device_batch / split: listed, never launched.
+    for a in (1, 2):
+        assert by_pair[(a, 3)]["status"] == "invalid" and "not an integer" in by_pair[(a, 3)]["reason"]
+        assert not (sweep_dir / "trials" / f"accum{a}_split3").exists()
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == 4
+    assert sorted(int(r["rank"]) for r in ok) == [1, 2, 3, 4]
+    for r in ok:
+        low, mid, high = (float(r[k]) for k in ("throughput_low_samples_per_s", "throughput_samples_per_s", "throughput_high_samples_per_s"))
+        assert 0 < low <= mid <= high
+        assert r["log"].endswith(".out")
+    assert float(by_pair[(1, 1)]["speedup"]) == pytest.approx(1.0)  # the split=1 baseline
+
+    rec = yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
+    best = next(r for r in ok if r["rank"] == "1")
+    assert (rec["accum"], rec["split"]) == (int(best["accum"]), int(best["split"]))
+    assert rec["flags"] == f"--grad_accumulation_batches={rec['accum']} --batch_split_factor={rec['split']}"
+    assert "recommended accum=" in proc.stdout
+    assert (tmp_path / "outputs" / "latest").resolve() == sweep_dir.resolve()
+
+    df = sweep.load(str(tmp_path / "outputs" / "latest"))
+    assert len(df) == 6 and (df["status"] == "ok").sum() == 4
+
+    # Rerunning the same sweep dir reuses every finished trial and launches nothing.
+    again = run_sweep([f"hydra.sweep.dir={sweep_dir}", *TINY, "accum=1,2", "split=1,2,3"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "reusing 4 finished trial(s)" in again.stdout
+    assert "started accum=" not in again.stdout
+
+
+def test_dry_run_prints_candidates_for_a_gpu_machine_without_launching(tmp_path):
+    proc = run_sweep(["+machine=a100x8", "dry_run=true", f"hydra.sweep.dir={tmp_path / 'd'}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "a100x8 (8 x cuda, 80.0 GiB each), global_batch_size=1024" in proc.stdout
+    assert "nothing launched" in proc.stdout
+    assert not (tmp_path / "d").exists()
+
+
+def test_gpu_machine_on_a_cpu_host_fails_in_one_line(tmp_path):
+    proc = run_sweep(["+machine=a100x8", f"hydra.sweep.dir={tmp_path / 'd'}"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "machine=a100x8 needs 8 CUDA device(s) but this host has 0" in proc.stderr
+    assert not (tmp_path / "d").exists()

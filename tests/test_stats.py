@@ -1,0 +1,26 @@
+import statistics
+
+import pytest
+from hypothesis import given, strategies as st
+
+from sweep.stats import median, median_interval_ranks, throughput_summary
+
+
+@pytest.mark.parametrize("n, expected", [(1, (0, 0)), (2, (0, 1)), (5, (0, 4)), (6, (0, 5)), (9, (1, 7)), (20, (5, 14))])
+def test_order_statistic_interval_ranks(n, expected):
+    assert median_interval_ranks(n) == expected
+
+
+def test_throughput_summary_uses_median_and_brackets_it():
+    times = [0.5, 0.52, 0.48, 0.51, 0.9, 0.49]  # one slow outlier step
+    mid, lo, hi = throughput_summary(times, samples_per_step=32)
+    assert mid == pytest.approx(32 / statistics.median(times))
+    assert lo <= mid <= hi
+    assert lo == pytest.approx(32 / 0.9) and hi == pytest.approx(32 / 0.48)
+
+
+@given(st.lists(st.floats(min_value=1e-3, max_value=100), min_size=1, max_size=50))
+def test_interval_always_contains_the_median(times):
+    mid, lo, hi = throughput_summary(times, 8)
+    assert lo <= mid * (1 + 1e-9) and mid <= hi * (1 + 1e-9)
+    assert median(times) > 0
