@@ -8,7 +8,6 @@ and converts a job that ended without writing its own record into a failure reco
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import os
@@ -24,6 +23,8 @@ from .results import (
     ResultError,
     TrialResult,
     atomic_write_text,
+    now_iso,
+    read_log_tail,
     read_result,
     RESULT_FILE,
     write_result,
@@ -146,21 +147,6 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def log_tail(path: str, max_bytes: int = 64 * 1024) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            return f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
 def ended_job_result(
     job: Any,
     spec: dict[str, Any],
@@ -217,7 +203,7 @@ def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spe
         return TIMEOUT, None, f"Slurm time limit reached; raise hydra.launcher.timeout_min; see {log}"
     from .parsers import classify_failure
 
-    verdict = classify_failure(log_tail(log), exit_code=None)
+    verdict = classify_failure(read_log_tail(log), exit_code=None)
     if state == "OUT_OF_MEMORY" and verdict.status != OOM:
         return OOM, verdict.oom_phase, f"Slurm killed the job for exceeding its memory (OUT_OF_MEMORY); see {log}"
     if verdict.status in (OOM, FAILED):

@@ -23,7 +23,7 @@ from . import backends
 from .display import Display, format_table
 from .plan import SweepError, SweepPlan, make_plan
 from .ranking import build_table, recommendation, recommendation_line, table_csv
-from .results import CANCELLED, OK, TrialResult, atomic_write_text, collect_results, trial_dir
+from .results import CANCELLED, OK, TrialResult, atomic_write_text, collect_results, now_iso, trial_dir
 from .space import Candidate
 
 META_FILE = "sweep.json"
@@ -253,7 +253,7 @@ class Orchestrator:
             "search": self.plan.search,
             "launcher": self.cluster,
             "started_at": self._started_at(),
-            "finished_at": backends.now_iso() if state != "running" else None,
+            "finished_at": now_iso() if state != "running" else None,
             "state": state,
             "command": "python -m sweep " + " ".join(self.plan.overrides),
         }
@@ -263,7 +263,7 @@ class Orchestrator:
         try:
             return json.loads((self.plan.sweep_dir / META_FILE).read_text())["started_at"]
         except (OSError, ValueError, KeyError):
-            return backends.now_iso()
+            return now_iso()
 
     def _finish(self) -> int:
         rec = self._publish(done=True)

@@ -8,6 +8,7 @@ would be valid.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -110,6 +111,13 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     _check_trial(trial)
     if workload.get("name") not in WORKLOADS:
         raise SweepError(f"workload.name={workload.get('name')!r} is not valid: expected one of {', '.join(WORKLOADS)}")
+    if workload["name"] == "command":
+        _check_command(workload, launcher)
+        if not workload.get("splits_apply", True):
+            # The script has no batch_split_factor: the space is accum alone.
+            if any(v != 1 for v in swept.get("split", [])) or _plain(cfg.split) not in (None, 1, [1]):
+                raise SweepError("split cannot be swept: this workload sets splits_apply=false (its script has no batch_split_factor); drop split=")
+            swept["split"] = [1]
     max_in_flight = _positive("max_in_flight", cfg.max_in_flight)
     search = str(cfg.search.name)
     max_trials = None if cfg.search.max_trials is None else _positive("search.max_trials", cfg.search.max_trials)
@@ -181,6 +189,34 @@ def _check_machine(machine: dict[str, Any]) -> None:
         raise SweepError(f"machine.memory_gib={mem!r} is not valid: expected a positive number of GiB")
     if machine.get("cpu_threads") is not None:
         _positive("machine.cpu_threads", machine["cpu_threads"])
+
+
+def _check_command(workload: dict[str, Any], launcher: dict[str, Any]) -> None:
+    import shutil
+
+    from .workloads.command import TemplateError, check_template
+
+    argv, env = workload.get("argv") or [], workload.get("env") or {}
+    try:
+        check_template(argv, env)
+    except TemplateError as e:
+        raise SweepError(str(e)) from None
+    from .backends import cluster_of
+
+    exe = argv[0]
+    # On Slurm the executable lives on the compute nodes; only a local launch can be checked here.
+    if cluster_of(launcher) == "local" and "{" not in exe and shutil.which(exe, path=None if os.sep not in exe else "") is None:
+        if not (os.sep in exe and os.access(exe, os.X_OK)):
+            raise SweepError(f"workload.argv[0]={exe!r} is not an executable on PATH: give the full path or install it")
+    from .parsers import make_parser
+
+    parser = dict(workload.get("parser") or {"type": "myrtle"})
+    for own in ("skip_first", "stop_after"):
+        parser.pop(own, None)
+    try:
+        make_parser(parser)
+    except ValueError as e:
+        raise SweepError(f"workload.parser: {e}") from None
 
 
 def _check_trial(trial: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ the whole record, even if the writer is killed mid-write.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import tempfile
@@ -121,6 +122,21 @@ def read_result(path: Path) -> TrialResult:
     if not isinstance(data, dict):
         raise ResultError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return TrialResult.from_dict(data, source=str(path))
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def read_log_tail(path: str | Path, max_bytes: int = 64 * 1024) -> str:
+    """The end of a log (where the traceback is), without reading a gigabyte log whole."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - max_bytes))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def trial_dir(sweep_dir: Path, key: str) -> Path:

@@ -1,0 +1,357 @@
+"""Search strategies: which (accum, split) pairs to try next (pure).
+
+The orchestrator asks `strategy.propose(finished, in_flight)` after every landed
+result and launches the first few proposed candidates as slots free. Everything
+a strategy knows is recomputed from the results, so a resumed sweep picks up
+where it left off and results may land in any order.
+
+Memory monotonicity (what an OOM tells us about pairs never run). A step holds
+the encoder/prediction activations (grow with per_device_batch, p) from the
+encoder phase to the end of the backward pass; batch splitting adds a VRAM
+overhead (none at split=1, assumed non-decreasing in split, s); the joint/loss
+phase adds tensors that grow with joint_batch (j = p/s). Hence:
+
+* encoder OOM at (p, s)      -> OOM at every pair with p' >= p and s' >= s
+  (a smaller split may carry less overhead, so it is *not* implied);
+* joint/optimizer OOM at (p, s, j) -> OOM at every pair with s' >= s and j' >= j
+  (p' = s'j' >= p follows); a pair with the same j but a smaller p is *not*
+  implied, because its held encoder activations are smaller;
+* ok at (p, s, j)            -> fit at every pair with s' <= s and j' <= j.
+
+Failed, timed-out and cancelled trials are "not feasible" but imply nothing.
+
+Throughput ordering (a heuristic, used to skip pairs that cannot win): a pair
+with no larger per-device batch (so no fewer accumulation steps) and no smaller
+split (so no fewer joint chunks) than a measured pair is no faster than it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Collection, Iterable, Mapping, Protocol, Sequence
+
+from sweep.results import OK, OOM, PHASE_ENCODER, TrialResult
+from sweep.space import Candidate
+
+# Doubling the per-device batch should nearly double throughput until the device
+# saturates (tuning playbook); below 1.5x per doubling we flag it. For a batch
+# ratio r the bar is r ** log2(1.5), so one 4x jump is held to 2.25x.
+SCALING_FLAG_RATIO = 1.5
+
+
+@dataclass
+class Proposal:
+    candidates: list[Candidate]  # in preference order
+    done: bool  # nothing more to propose, ever
+
+
+class Strategy(Protocol):
+    name: str
+
+    def propose(self, finished: Mapping[str, TrialResult], in_flight: Collection[str]) -> Proposal: ...
+
+
+# --- shared knowledge: ranking, memory and throughput ordering -------------------------------
+
+
+def rank_order(results: Mapping[str, TrialResult]) -> list[str]:
+    """Keys of the ok results, fastest median throughput first (ties broken by key)."""
+    ok = [(r.throughput, k) for k, r in results.items() if r.status == OK and r.throughput is not None]
+    ok.sort(key=lambda t: (-t[0], t[1]))
+    return [k for _, k in ok]
+
+
+def leader_key(results: Mapping[str, TrialResult]) -> str | None:
+    order = rank_order(results)
+    return order[0] if order else None
+
+
+def oom_implied(c: Candidate, results: Iterable[TrialResult]) -> bool:
+    """True when an OOM among `results` implies that `c` runs out of memory too."""
+    for r in results:
+        if r.status != OOM:
+            continue
+        if r.oom_phase == PHASE_ENCODER:
+            if c.per_device_batch >= r.per_device_batch and c.split >= r.split:
+                return True
+        elif c.split >= r.split and c.joint_batch >= r.joint_batch:
+            return True
+    return False
+
+
+def fit_implied(c: Candidate, results: Iterable[TrialResult]) -> bool:
+    """True when a pair that ran ok needed at least as much memory as `c` in every phase."""
+    return any(r.status == OK and c.split <= r.split and c.joint_batch <= r.joint_batch for r in results)
+
+
+def no_faster_than(c: Candidate | TrialResult, other: Candidate | TrialResult) -> bool:
+    """Throughput heuristic: c does at least as many micro-batches and chunks as `other`."""
+    return c.per_device_batch <= other.per_device_batch and c.split >= other.split
+
+
+def _valid(candidates: Sequence[Candidate]) -> list[Candidate]:
+    return sorted(c for c in candidates if c.valid)
+
+
+def _bounded(
+    plan: Iterable[Candidate],
+    finished: Mapping[str, TrialResult],
+    in_flight: Collection[str],
+    max_trials: int | None,
+) -> Proposal:
+    """Drop what already ran or runs, cap at the trial budget, and decide whether we are done."""
+    left = None if max_trials is None else max_trials - len(finished) - len(in_flight)
+    if left is not None and left <= 0:
+        return Proposal([], done=True)
+    out: list[Candidate] = []
+    seen: set[str] = set()
+    for c in plan:
+        if c.key in finished or c.key in in_flight or c.key in seen:
+            continue
+        seen.add(c.key)
+        out.append(c)
+    if left is not None:
+        out = out[:left]
+    # Nothing to run now but something in flight: its result may open new work.
+    return Proposal(out, done=not out and not in_flight)
+
+
+# --- grid -----------------------------------------------------------------------------------
+
+
+class Grid:
+    """Every valid pair, accum ascending then split: the reference every other strategy is judged by."""
+
+    name = "grid"
+
+    def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None) -> None:
+        self.candidates = _valid(candidates)
+        self.max_trials = max_trials
+
+    def propose(self, finished: Mapping[str, TrialResult], in_flight: Collection[str]) -> Proposal:
+        return _bounded(self.candidates, finished, in_flight, self.max_trials)
+
+
+# --- staircase ------------------------------------------------------------------------------
+
+
+def _bisection_order(items: list[Candidate]) -> list[Candidate]:
+    """Midpoint first, then the midpoints of each half, breadth first.
+
+    With one slot this is plain bisection; with k slots the first k entries
+    split the interval k+1 ways, so parallel trials are never redundant.
+    """
+    out: list[Candidate] = []
+    ranges = [(0, len(items) - 1)]
+    while ranges:
+        nxt = []
+        for lo, hi in ranges:
+            if lo > hi:
+                continue
+            mid = (lo + hi) // 2
+            out.append(items[mid])
+            nxt += [(lo, mid - 1), (mid + 1, hi)]
+        ranges = nxt
+    return out
+
+
+class Staircase:
+    """The seed procedure, automated.
+
+    Step 2: bisect over accum at the smallest split for the smallest accum that
+    runs ok. Step 3: halve accum and double split (constant product) until a
+    pair OOMs or no valid pair remains. If the first pair of step 3 OOMs, redo
+    step 3 from twice step 2's accum. Then hill-climb: try the leader's
+    neighbours (accum halved, split halved, or one halved and the other
+    doubled) that are neither OOM-implied nor outranked by a measured pair,
+    until none is left or the budget is spent.
+    """
+
+    name = "staircase"
+
+    def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None) -> None:
+        self.candidates = _valid(candidates)
+        self.max_trials = max_trials
+        self.by_pair = {(c.accum, c.split): c for c in self.candidates}
+        self.base_split = min((c.split for c in self.candidates), default=1)
+        self.column = [c for c in self.candidates if c.split == self.base_split]  # accum ascending
+
+    def propose(self, finished: Mapping[str, TrialResult], in_flight: Collection[str]) -> Proposal:
+        return _bounded(self._plan(finished), finished, in_flight, self.max_trials)
+
+    def _plan(self, finished: Mapping[str, TrialResult]) -> list[Candidate]:
+        results = list(finished.values())
+        base, pending = self._step2(finished, results)
+        if pending:
+            return pending
+        if base is not None:
+            pending, first_oomed = self._step3(base, finished, results)
+            if pending:
+                return pending
+            if first_oomed:  # seed's special case: OOM in step 3
+                pending, _ = self._step3(2 * base, finished, results)
+                if pending:
+                    return pending
+        return self._refine(finished, results)
+
+    def _step2(
+        self, finished: Mapping[str, TrialResult], results: list[TrialResult]
+    ) -> tuple[int | None, list[Candidate]]:
+        """(smallest ok accum or None, candidates still to bisect over)."""
+        ok = [c.accum for c in self.column if c.key in finished and finished[c.key].status == OK]
+        hi = min(ok) if ok else None
+        # An OOM anywhere on the column implies OOM at every smaller accum (bigger p and j).
+        ooms = [c.accum for c in self.column if c.key not in finished and oom_implied(c, results)]
+        ooms += [c.accum for c in self.column if c.key in finished and finished[c.key].status == OOM]
+        lo = max(ooms) if ooms else None
+        unknown = [
+            c
+            for c in self.column
+            if c.key not in finished and (lo is None or c.accum > lo) and (hi is None or c.accum < hi)
+        ]
+        return hi, _bisection_order(unknown)
+
+    def _step3(
+        self, base_accum: int, finished: Mapping[str, TrialResult], results: list[TrialResult]
+    ) -> tuple[list[Candidate], bool]:
+        """(stairs still to run, whether the first stair ran out of memory)."""
+        stairs: list[Candidate] = []
+        accum, split = base_accum, self.base_split
+        while accum % 2 == 0 and (accum // 2, split * 2) in self.by_pair:
+            accum, split = accum // 2, split * 2
+            stairs.append(self.by_pair[(accum, split)])
+        pending: list[Candidate] = []
+        for i, c in enumerate(stairs):
+            r = finished.get(c.key)
+            if (r is not None and r.status == OOM) or (r is None and oom_implied(c, results)):
+                return pending, i == 0
+            if r is None:
+                pending.append(c)  # later stairs are speculative when several slots are free
+        return pending, False
+
+    def _refine(self, finished: Mapping[str, TrialResult], results: list[TrialResult]) -> list[Candidate]:
+        ok = [r for r in results if r.status == OK]
+        lead = leader_key(finished)
+        if lead is None:
+            # Nothing has run ok (e.g. every trial at the smallest split failed or OOMed):
+            # try what is left, least memory first, until something runs.
+            rest = [c for c in self.candidates if c.key not in finished and not oom_implied(c, results)]
+            return sorted(rest, key=lambda c: (c.per_device_batch, c.joint_batch))
+        leader = finished[lead]
+        out = []
+        # Doubling accum or split at the leader gives a pair it outranks, so only these four can beat it.
+        for a, s in [
+            (leader.accum // 2, leader.split),
+            (leader.accum, leader.split // 2),
+            (leader.accum // 2, leader.split * 2),
+            (leader.accum * 2, leader.split // 2),
+        ]:
+            c = self.by_pair.get((a, s))
+            if c is None or c.key in finished or oom_implied(c, results):
+                continue
+            if any(no_faster_than(c, r) for r in ok):
+                continue
+            out.append(c)
+        return out
+
+
+# --- powers ---------------------------------------------------------------------------------
+
+
+class Powers:
+    """The tuning playbook: double the per-device batch (halve accum) until OOM.
+
+    Splits are kept at the smallest value that can still fit: when a doubling
+    OOMs in the joint/loss phase, the same per-device batch is retried with the
+    split doubled (the seed's knob for exactly that OOM); an encoder OOM, or no
+    split left that could fit, ends the climb. A failed trial counts as that
+    batch's attempt and the climb goes on. Use `scaling_report` on the results.
+    """
+
+    name = "powers"
+
+    def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None) -> None:
+        self.candidates = _valid(candidates)
+        self.max_trials = max_trials
+        self.batches = sorted({c.per_device_batch for c in self.candidates})
+
+    def propose(self, finished: Mapping[str, TrialResult], in_flight: Collection[str]) -> Proposal:
+        return _bounded(self._plan(finished), finished, in_flight, self.max_trials)
+
+    def _plan(self, finished: Mapping[str, TrialResult]) -> list[Candidate]:
+        results = list(finished.values())
+        plan: list[Candidate] = []
+        for p in self.batches:
+            row = [c for c in self.candidates if c.per_device_batch == p]  # split ascending
+            if any(c.key in finished and finished[c.key].status != OOM for c in row):
+                continue  # this batch has its answer
+            nxt = next((c for c in row if c.key not in finished and not oom_implied(c, results)), None)
+            if nxt is None:
+                break  # every split at this batch runs out of memory: the climb ends here
+            plan.append(nxt)
+            if plan[0].split != nxt.split:
+                break  # beyond here we would be guessing the split too
+        return plan
+
+
+def scaling_report(results: Mapping[str, TrialResult] | Iterable[TrialResult]) -> list[dict]:
+    """For each step up in per-device batch among ok results: does throughput keep pace?
+
+    Uses the fastest ok pair at each per-device batch. `flag` is True when the
+    throughput ratio is below SCALING_FLAG_RATIO per doubling: either the device
+    is saturated (expected at the large end) or, if it happens at small batches,
+    an input-pipeline or synchronisation bottleneck worth fixing first.
+    """
+    items = results.values() if isinstance(results, Mapping) else results
+    best: dict[int, TrialResult] = {}
+    for r in items:
+        if r.status == OK and r.throughput:
+            cur = best.get(r.per_device_batch)
+            if cur is None or r.throughput > (cur.throughput or 0):
+                best[r.per_device_batch] = r
+    batches = sorted(best)
+    report = []
+    for small, big in zip(batches, batches[1:]):
+        a, b = best[small], best[big]
+        batch_ratio = big / small
+        ratio = (b.throughput or 0) / (a.throughput or 1)
+        bar = batch_ratio ** math.log2(SCALING_FLAG_RATIO)
+        if ratio < 1:
+            note = "throughput fell: prefer the smaller per-device batch"
+        elif ratio < bar:
+            note = (
+                f"x{ratio:.2f} for a x{batch_ratio:g} batch (below x{bar:.2f}): saturated here, "
+                "or an input/synchronisation bottleneck if this is a small batch"
+            )
+        else:
+            note = ""
+        report.append(
+            {
+                "from_key": a.key,
+                "to_key": b.key,
+                "per_device_batch_from": small,
+                "per_device_batch_to": big,
+                "batch_ratio": batch_ratio,
+                "throughput_from": a.throughput,
+                "throughput_to": b.throughput,
+                "throughput_ratio": ratio,
+                "flag": ratio < bar,
+                "note": note,
+            }
+        )
+    return report
+
+
+# --- factory --------------------------------------------------------------------------------
+
+STRATEGIES: dict[str, type] = {"grid": Grid, "staircase": Staircase, "powers": Powers}
+
+
+def make_strategy(name: str, candidates: Sequence[Candidate], max_trials: int | None = None) -> Strategy:
+    cls = STRATEGIES.get(name)
+    if cls is None:
+        raise ValueError(f"unknown search strategy {name!r}: valid names are {', '.join(sorted(STRATEGIES))}")
+    if max_trials is not None and (isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1):
+        raise ValueError(f"max_trials={max_trials!r} is not valid: expected a positive integer or None")
+    return cls(candidates, max_trials)

@@ -1,0 +1,161 @@
+"""Sweep any training script: run an argv template as one trial and read its log.
+
+The command runs as an argv list, never through a shell, and its placeholders take
+only the validated integers of the candidate, so no config value can inject a
+command. Throughput comes from the log as it grows (sweep.parsers); failures are
+classified from the log tail and the exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import string
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..results import FAILED, OK, TIMEOUT, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
+from ..stats import throughput_summary
+
+PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
+PROGRESS_FILE = "progress.json"
+LOG_NAME = "command.log"
+
+
+class TemplateError(ValueError):
+    """A command template that cannot be filled; one line naming the bad part."""
+
+
+def template_fields(text: str) -> list[str]:
+    """The placeholder names in one template string; format specs and attribute access are refused."""
+    names = []
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as e:
+        raise TemplateError(f"{text!r} is not a valid template ({e}); write placeholders as {{accum}}, literal braces as {{{{ }}}}") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in PLACEHOLDERS or spec or conversion:
+            raise TemplateError(
+                f"{text!r} uses placeholder {{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}: "
+                f"valid placeholders are {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+            )
+        names.append(name)
+    return names
+
+
+def check_template(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    if not argv:
+        raise TemplateError("workload.argv is empty: give the training command as a list, e.g. [python, train.py, --grad_accumulation_batches={accum}]")
+    for part in [*argv, *env.values()]:
+        if not isinstance(part, str):
+            raise TemplateError(f"workload.argv/env value {part!r} is not a string: quote it in YAML")
+        template_fields(part)
+
+
+def fill(text: str, values: Mapping[str, int]) -> str:
+    template_fields(text)
+    return text.format(**{k: int(values[k]) for k in PLACEHOLDERS})
+
+
+def run_command_trial(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run the user's command for one candidate and write the trial's result record."""
+    from ..parsers import LogTail, classify_failure, make_parser, select_measurement
+
+    wl, trial = spec["workload"], spec["trial"]
+    trial_dir = Path(spec["trial_dir"])
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    values = {k: int(spec[k]) for k in PLACEHOLDERS}
+    argv = [fill(a, values) for a in wl["argv"]]
+    env = {**os.environ, **{k: fill(str(v), values) for k, v in (wl.get("env") or {}).items()}}
+    cwd = wl.get("cwd") or str(trial_dir)
+    log_path = trial_dir / LOG_NAME
+    parser_spec = dict(wl.get("parser") or {"type": "myrtle"})
+    skip = int(parser_spec.pop("skip_first", 1))
+    stop_after = parser_spec.pop("stop_after", None)
+    parser = make_parser(parser_spec)
+    limit = float(trial["time_limit_s"])
+    started_at, t0 = now_iso(), time.monotonic()
+    print(f"accum={values['accum']} split={values['split']}: running {argv} in {cwd}; log {log_path}", flush=True)
+
+    measurements: list[Any] = []
+    timed_out = stopped_early = False
+    with open(log_path, "ab") as log:
+        # A new session, so a timeout can stop the whole process tree (dataloader workers, ranks).
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        tail = LogTail(log_path)
+        while True:
+            code = proc.poll()
+            new = parser.feed(tail.read_new())
+            if new:
+                measurements += new
+                _write_progress(trial_dir, measurements, skip)
+            if code is not None:
+                break
+            if stop_after is not None and len(measurements) >= skip + int(stop_after):
+                stopped_early = True
+                _stop(proc)
+                break
+            if time.monotonic() - t0 > limit:
+                timed_out = True
+                _stop(proc)
+                break
+            time.sleep(0.2)
+        measurements += parser.feed(tail.read_new()) + parser.close()
+    code = proc.wait()
+
+    chosen = select_measurement(measurements, skip_first_epochs=skip) if measurements else None
+    base = dict(
+        accum=values["accum"], split=values["split"], per_device_batch=values["per_device_batch"],
+        joint_batch=values["joint_batch"], global_batch_size=values["global_batch_size"],
+        num_devices=values["num_devices"], log=str(log_path), host=socket.gethostname(), device="command",
+        started_at=started_at, finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
+    )
+    if timed_out:
+        result = TrialResult(status=TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
+    elif chosen is not None and (code == 0 or stopped_early):
+        result = _ok_result(base, measurements, chosen, skip)
+    elif code == 0:
+        result = TrialResult(status=FAILED, error=f"exited 0 but printed no throughput the {parser_spec.get('type', 'myrtle')} parser recognises; see {log_path}", **base)
+    else:
+        verdict = classify_failure(read_log_tail(log_path), exit_code=code)
+        result = TrialResult(status=verdict.status if verdict.status != OK else FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
+    write_result(result, trial_dir)
+    print(f"accum={values['accum']} split={values['split']}: {result.status} {result.error}", flush=True)
+    return result.to_dict()
+
+
+def _ok_result(base: dict[str, Any], measurements: list[Any], chosen: Any, skip: int) -> TrialResult:
+    gbs = base["global_batch_size"]
+    times = [m.step_time_s for m in measurements[skip:] if getattr(m, "step_time_s", None)]
+    if len(times) >= 3:
+        mid, low, high = throughput_summary(times, gbs)
+    else:
+        # One figure per epoch: no per-step spread to build an interval from.
+        mid = low = high = float(chosen.throughput)
+        times = [gbs / mid] if mid > 0 else []
+    return TrialResult(status=OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high, **base)
+
+
+def _write_progress(trial_dir: Path, measurements: list[Any], skip: int) -> None:
+    last = measurements[-1]
+    record = {"throughput": last.throughput, "measurements": len(measurements), "warmup_measurements": skip}
+    atomic_write_text(trial_dir / PROGRESS_FILE, json.dumps(record) + "\n")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

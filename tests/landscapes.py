@@ -1,0 +1,244 @@
+"""Synthetic (accum, split) landscapes with known truth, and a simulated orchestrator.
+
+Memory (GiB), after the seed's account of an RNN-T step:
+    encoder phase: base + enc * per_device_batch + overhead * (split > 1)
+    joint phase:   encoder phase + joint * joint_batch   (encoder activations are still held)
+The first phase whose peak exceeds the budget is where the trial OOMs.
+
+Time per optimizer step (s):
+    accum * (micro_fixed + per_sample * per_device_batch + split * chunk_fixed + split_fixed * (split > 1)) + step_fixed
+so throughput rises and saturates with the per-device batch, and every joint chunk costs
+time. `pressure` slows pairs whose peak is within 10% of the budget (allocator retries);
+it breaks the "bigger batch, fewer chunks is faster" ordering on purpose.
+
+Measured step times are the noiseless time times a per-trial offset, per-step lognormal
+noise and occasional slow outlier steps, so a trial's median throughput scatters around
+the truth the way short real trials do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from sweep.results import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
+from sweep.space import Candidate, enumerate_candidates
+from sweep.stats import throughput_summary
+from sweep.strategies import Strategy
+
+
+@dataclass(frozen=True)
+class Landscape:
+    name: str = "typical"
+    global_batch_size: int = 1024
+    num_devices: int = 8
+    accum_values: tuple[int, ...] | None = None
+    split_values: tuple[int, ...] | None = None
+    # memory, GiB
+    budget_gib: float = 80.0
+    base_gib: float = 10.0
+    enc_gib: float = 0.4  # per sample of per_device_batch
+    overhead_gib: float = 3.0  # batch splitting, split > 1
+    joint_gib: float = 3.0  # per sample of joint_batch
+    # time, s
+    step_fixed_s: float = 0.05
+    micro_fixed_s: float = 0.04
+    per_sample_s: float = 0.002
+    chunk_fixed_s: float = 0.004
+    split_fixed_s: float = 0.0
+    pressure: float = 0.0
+    # measurement
+    step_noise: float = 0.03  # lognormal sigma per step
+    trial_noise: float = 0.0  # lognormal sigma of one offset per trial
+    outlier_rate: float = 0.0  # share of steps slowed by 1.3-2x
+    steps: int = 8
+    fails: frozenset[str] = field(default_factory=frozenset)  # keys that fail (not OOM); infeasible in truth
+
+    def candidates(self) -> list[Candidate]:
+        return enumerate_candidates(self.global_batch_size, self.num_devices, self.accum_values, self.split_values)
+
+    def valid(self) -> list[Candidate]:
+        return [c for c in self.candidates() if c.valid]
+
+    def peaks(self, c: Candidate) -> tuple[float, float]:
+        encoder = self.base_gib + self.enc_gib * c.per_device_batch + self.overhead_gib * (c.split > 1)
+        return encoder, encoder + self.joint_gib * c.joint_batch
+
+    def outcome(self, c: Candidate) -> tuple[str, str | None]:
+        encoder, joint = self.peaks(c)
+        if encoder > self.budget_gib:
+            return OOM, PHASE_ENCODER
+        if joint > self.budget_gib:
+            return OOM, PHASE_JOINT
+        if c.key in self.fails:
+            return FAILED, None
+        return OK, None
+
+    def feasible(self, c: Candidate) -> bool:
+        return self.outcome(c)[0] == OK
+
+    def step_time_s(self, c: Candidate) -> float:
+        micro = (
+            self.micro_fixed_s
+            + self.per_sample_s * c.per_device_batch
+            + self.chunk_fixed_s * c.split
+            + self.split_fixed_s * (c.split > 1)
+        )
+        t = c.accum * micro + self.step_fixed_s
+        use = self.peaks(c)[1] / self.budget_gib
+        if self.pressure and use > 0.9:
+            t *= 1 + self.pressure * min(1.0, (use - 0.9) / 0.1)
+        return t
+
+    def true_throughput(self, c: Candidate) -> float:
+        return self.global_batch_size / self.step_time_s(c)
+
+    def ranking(self) -> list[Candidate]:
+        """Feasible pairs, truly fastest first."""
+        return sorted((c for c in self.valid() if self.feasible(c)), key=lambda c: -self.true_throughput(c))
+
+    def best(self) -> Candidate | None:
+        r = self.ranking()
+        return r[0] if r else None
+
+    def trial(self, c: Candidate, rng: random.Random) -> TrialResult:
+        status, phase = self.outcome(c)
+        res = TrialResult(
+            accum=c.accum,
+            split=c.split,
+            per_device_batch=c.per_device_batch,
+            joint_batch=c.joint_batch,
+            global_batch_size=self.global_batch_size,
+            num_devices=self.num_devices,
+            status=status,
+            oom_phase=phase,
+            device="sim",
+        )
+        if status != OK:
+            res.error = f"simulated {status}" + (f" in {phase}" if phase else "")
+            return res
+        offset = math.exp(rng.gauss(0.0, self.trial_noise))
+        times = []
+        for _ in range(self.steps):
+            t = self.step_time_s(c) * offset * math.exp(rng.gauss(0.0, self.step_noise))
+            if rng.random() < self.outlier_rate:
+                t *= rng.uniform(1.3, 2.0)
+            times.append(t)
+        res.step_times_s = times
+        res.throughput, res.throughput_low, res.throughput_high = throughput_summary(times, self.global_batch_size)
+        return res
+
+    def with_(self, **changes: object) -> "Landscape":
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+# Named landscapes for the strategy tables (gbs 1024 on 8 devices: per-device batch 1..128).
+# The comment on each says what makes it interesting; tests assert those shapes hold.
+LANDSCAPES: dict[str, Landscape] = {
+    # Joint fits at accum 8 (p=16); the stairs climb to p=128 where the encoder gives out.
+    "typical": Landscape("typical", enc_gib=0.45, joint_gib=3.0, overhead_gib=3.0),
+    # Splitting is expensive per micro-batch: the best pair has split=1.
+    "split1_best": Landscape("split1_best", split_fixed_s=0.1, chunk_fixed_s=0.01),
+    # Tight memory: the first stair OOMs on the split overhead, so the special case runs.
+    "step3_oom": Landscape("step3_oom", budget_gib=40.0, enc_gib=0.25, overhead_gib=6.0, joint_gib=1.6),
+    # The whole accum=1 row (p=128) OOMs in the joint phase, even at split 64.
+    "accum1_joint_oom": Landscape("accum1_joint_oom", enc_gib=0.52, overhead_gib=1.0, joint_gib=2.5),
+    # Only accum=128 (p=1, split 1) fits.
+    "one_fits": Landscape("one_fits", budget_gib=20.0, base_gib=10.0, enc_gib=2.0, joint_gib=6.0, overhead_gib=5.0),
+    # The weights alone do not fit.
+    "nothing_fits": Landscape("nothing_fits", base_gib=90.0),
+    # Near the budget the allocator thrashes, so the largest batch that fits is not the fastest.
+    "pressure": Landscape("pressure", enc_gib=0.45, joint_gib=3.0, pressure=0.3),
+    # Noisy, short trials with outliers and between-trial drift.
+    "noisy": Landscape("noisy", step_noise=0.06, trial_noise=0.01, outlier_rate=0.1, steps=6),
+}
+
+
+def random_landscape(rng: random.Random) -> Landscape:
+    """A landscape with randomised memory limits, speed curve and noise, for calibration runs."""
+    per_device_total = rng.choice([32, 64, 128, 256])
+    devices = rng.choice([1, 2, 4, 8])
+    budget, base = 80.0, rng.uniform(5.0, 30.0)
+    free = budget - base
+    overhead = free * rng.uniform(0.0, 0.15)
+    # Place the encoder limit anywhere from a small fraction of the space to beyond it.
+    enc_limit = per_device_total * math.exp(rng.uniform(math.log(0.05), math.log(3.0)))
+    enc = (free - overhead) / enc_limit
+    joint = enc * math.exp(rng.uniform(math.log(2.0), math.log(40.0)))
+    per_sample = 0.001
+    return Landscape(
+        name="random",
+        global_batch_size=per_device_total * devices,
+        num_devices=devices,
+        budget_gib=budget,
+        base_gib=base,
+        enc_gib=enc,
+        overhead_gib=overhead,
+        joint_gib=joint,
+        step_fixed_s=per_sample * rng.uniform(0, 64),
+        micro_fixed_s=per_sample * math.exp(rng.uniform(math.log(2), math.log(256))),
+        per_sample_s=per_sample,
+        chunk_fixed_s=per_sample * math.exp(rng.uniform(math.log(0.25), math.log(32))),
+        split_fixed_s=per_sample * rng.choice([0.0, rng.uniform(0, 32)]),
+        pressure=rng.choice([0.0, 0.0, rng.uniform(0.0, 0.2)]),
+        step_noise=math.exp(rng.uniform(math.log(0.005), math.log(0.08))),
+        trial_noise=rng.choice([0.0, rng.uniform(0.0, 0.01)]),
+        outlier_rate=rng.choice([0.0, 0.0, 0.05]),
+        steps=rng.randint(5, 20),
+    )
+
+
+class ContractError(AssertionError):
+    """The strategy broke the propose() contract."""
+
+
+OnResult = Callable[[Mapping[str, TrialResult], frozenset, bool], None]
+
+
+def run_sweep(
+    strategy: Strategy,
+    landscape: Landscape,
+    max_in_flight: int = 1,
+    seed: int = 0,
+    on_result: OnResult | None = None,
+) -> dict[str, TrialResult]:
+    """Drive `strategy` like the asynchronous orchestrator, against a simulated cluster.
+
+    Trials take simulated time (startup jitter plus their steps), so with several
+    in flight results land in any order. Checks the propose() contract on every
+    call. `on_result(finished, in_flight, final)` runs after every landed result.
+    """
+    rng = random.Random(seed)
+    valid = {c.key for c in landscape.valid()}
+    finished: dict[str, TrialResult] = {}
+    running: list[tuple[float, int, str, TrialResult]] = []
+    now, launched, done = 0.0, 0, False
+    while True:
+        in_flight = frozenset(k for _, _, k, _ in running)
+        if not done:
+            prop = strategy.propose(dict(finished), in_flight)
+            keys = [c.key for c in prop.candidates]
+            bad = [k for k in keys if k not in valid or k in finished or k in in_flight]
+            if bad or len(set(keys)) != len(keys):
+                raise ContractError(f"{strategy.name} proposed {keys} (finished/in flight/invalid: {bad})")
+            if prop.done and keys:
+                raise ContractError(f"{strategy.name} is done but still proposes {keys}")
+            done = prop.done
+            for c in prop.candidates[: max_in_flight - len(running)]:
+                result = landscape.trial(c, rng)
+                steps = landscape.steps + 2 if result.status == OK else 1
+                duration = rng.uniform(5.0, 30.0) + steps * landscape.step_time_s(c) * rng.uniform(0.5, 1.5)
+                launched += 1
+                heapq.heappush(running, (now + duration, launched, c.key, result))
+        if not running:
+            if done:
+                return finished
+            raise ContractError(f"{strategy.name} waits for a result with nothing in flight")
+        now, _, key, result = heapq.heappop(running)
+        finished[key] = result
+        if on_result is not None:
+            on_result(finished, frozenset(k for _, _, k, _ in running), done and not running)
