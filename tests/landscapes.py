@@ -196,7 +196,7 @@ class ContractError(AssertionError):
     """The strategy broke the propose() contract."""
 
 
-OnResult = Callable[[Mapping[str, TrialResult], frozenset, bool], None]
+OnResult = Callable[[Mapping[str, TrialResult], frozenset], None]
 
 
 def run_sweep(
@@ -210,7 +210,7 @@ def run_sweep(
 
     Trials take simulated time (startup jitter plus their steps), so with several
     in flight results land in any order. Checks the propose() contract on every
-    call. `on_result(finished, in_flight, final)` runs after every landed result.
+    call. `on_result(finished, in_flight)` runs after every landed result.
     """
     rng = random.Random(seed)
     valid = {c.key for c in landscape.valid()}
@@ -241,4 +241,4 @@ def run_sweep(
         now, _, key, result = heapq.heappop(running)
         finished[key] = result
         if on_result is not None:
-            on_result(finished, frozenset(k for _, _, k, _ in running), done and not running)
+            on_result(finished, frozenset(k for _, _, k, _ in running))
