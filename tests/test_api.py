@@ -138,7 +138,7 @@ def test_load_values_of_a_finished_sweep(done_sweep: Path) -> None:
     assert df["sweep_id"].unique().tolist() == ["2024-05-01_10-00-00"]
     assert set(df["machine"]) == {"dgx-a100"} and set(df["global_batch_size"]) == {1024}
     counts = df["status"].value_counts()
-    assert counts["ok"] == 10 and counts["oom"] == 7 and counts["failed"] == 1 and counts["invalid"] == 7
+    assert counts["ok"] == 10 and counts["oom"] == 8 and counts["failed"] == 1 and counts["invalid"] == 6
     ok = df[df["status"] == "ok"]
     assert sorted(ok["rank"]) == list(range(1, 11))
     assert (ok["throughput_low_samples_per_s"] <= ok["throughput_samples_per_s"]).all()
@@ -162,7 +162,7 @@ def test_load_a_running_sweep(outputs: Path) -> None:
     sweep = make_sweep(outputs, "run", finished=finished, running=[(8, 4), (4, 4)])
     df = load(sweep)
     counts = df["status"].value_counts()
-    assert counts["running"] == 2 and counts["pending"] == 12 and counts["ok"] == 3 and counts["oom"] == 1
+    assert counts["running"] == 2 and counts["pending"] == 13 and counts["ok"] == 3 and counts["oom"] == 1
     running = df[df["status"] == "running"]
     assert set(zip(running["accum"], running["split"])) == {(8, 4), (4, 4)}
     assert running["throughput_samples_per_s"].isna().all() and running["rank"].isna().all()
@@ -261,7 +261,7 @@ def test_compare_overlapping_sweeps(outputs: Path) -> None:
     row = cmp[(cmp["accum"] == 8) & (cmp["split"] == 2)].set_index("sweep_id")
     assert row.loc["a", "ratio_vs_first"] == pytest.approx(1.0)
     assert row.loc["b", "ratio_vs_first"] == pytest.approx(1.5, rel=1e-3)
-    assert row.loc["b", "within_noise"] is False or row.loc["b", "within_noise"] == False  # noqa: E712
+    assert row.loc["b", "within_noise"] == False  # noqa: E712  (1.5x is far outside ~2% intervals)
     only_b = cmp[(cmp["accum"] == 16) & (cmp["split"] == 1)].set_index("sweep_id")
     assert pd.isna(only_b.loc["a", "status"]) and math.isnan(only_b.loc["a", "throughput_samples_per_s"])
     assert only_b.loc["a", "machine"] == "dgx-a100"  # sweep-level columns filled in for absent pairs

@@ -48,7 +48,7 @@ the pairs in all sweeps (an outer join), sorted by accum, split, sweep_order:
 | throughput_*_samples_per_s      | float64  | median, low, high as in load(); NaN where the pair did not run ok |
 | speedup                         | float64  | within its own sweep, as in load()                                |
 | ratio_vs_first                  | float64  | throughput / the reference sweep's throughput for the same pair   |
-| within_noise                    | boolean  | True where the 95% intervals of this sweep and the reference overlap; <NA> for the reference or where either interval is missing |
+| within_noise                    | boolean  | True where this sweep's 95% interval overlaps the reference's; <NA> for the reference itself or a missing interval |
 """
 
 from __future__ import annotations

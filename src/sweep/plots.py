@@ -7,6 +7,7 @@ notebook, a headless CI job or a thread.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import matplotlib
@@ -28,7 +29,7 @@ _OTHER_STYLE = {
     "failed": ("failed", "#9e9e9e", ".."),
     "timeout": ("timeout", "#9e9e9e", ".."),
     "cancelled": ("cancelled", "#bdbdbd", ""),
-    "running": ("running", "#ffffff", ""),
+    "running": ("running", "#deebf7", ""),
     "pending": ("pending", "#ffffff", ""),
 }
 
@@ -87,7 +88,10 @@ def heatmap(df: pd.DataFrame, path: str | Path) -> Path:
             continue
         label, face, hatch = _cell_style(row)
         ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=face, hatch=hatch, edgecolor="#707070", linewidth=0.5))
-        ax.text(x, y, label, ha="center", va="center", fontsize=9, color="#404040" if label in ("running", "pending") else "black")
+        # A backing box keeps the label legible over the hatching.
+        ax.text(x, y, label, ha="center", va="center", fontsize=9,
+                color="#404040" if label in ("running", "pending") else "black",
+                bbox=dict(facecolor=face, edgecolor="none", alpha=0.85, pad=1.5))
         legend.setdefault(label, Patch(facecolor=face, hatch=hatch, edgecolor="#707070", label=label))
 
     per_device = df.groupby("accum")["per_device_batch"].max()
@@ -104,9 +108,7 @@ def heatmap(df: pd.DataFrame, path: str | Path) -> Path:
     if legend:
         ax.legend(handles=list(legend.values()), loc="upper center", bbox_to_anchor=(0.5, -0.14),
                   ncol=min(len(legend), 4), fontsize=8, frameon=False)
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    return path
+    return _save(fig, path)
 
 
 def scaling(df: pd.DataFrame, path: str | Path) -> Path:
@@ -127,8 +129,7 @@ def scaling(df: pd.DataFrame, path: str | Path) -> Path:
     ax.set_ylabel("throughput (samples/s)")
     if ok.empty:
         ax.text(0.5, 0.5, "no trial has run ok yet", ha="center", va="center", transform=ax.transAxes)
-        fig.savefig(path, dpi=120)
-        return Path(path)
+        return _save(fig, path)
 
     for split, group in ok.groupby("split"):
         group = group.sort_values("per_device_batch")
@@ -142,7 +143,8 @@ def scaling(df: pd.DataFrame, path: str | Path) -> Path:
     b0 = float(ok["per_device_batch"].min())
     t0 = float(ok.loc[ok["per_device_batch"] == b0, "throughput_samples_per_s"].max())
     xs = np.array(sorted(set(ok["per_device_batch"].astype(float))))
-    ax.plot(xs, t0 * xs / b0, linestyle="--", color="#555555", label=f"ideal linear from per-device batch {b0:g}")
+    dense = np.geomspace(xs[0], xs[-1], 64)  # the ideal is a curve on a log x axis, not a polyline
+    ax.plot(dense, t0 * dense / b0, linestyle="--", color="#555555", label=f"ideal linear from per-device batch {b0:g}")
 
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [f"{v:g}" for v in xs])
@@ -151,5 +153,16 @@ def scaling(df: pd.DataFrame, path: str | Path) -> Path:
     ax.set_ylim(0, top * 1.25)  # the ideal line leaves the plot rather than squashing the measured ones
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return _save(fig, path)
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    """Write via a temp file and rename, so a viewer never shows a half-written PNG."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, dpi=120, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -11,6 +11,7 @@ Exit codes: 0 done; 1 nothing to export yet or DIR not writable; 2 bad input.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TextIO
@@ -19,22 +20,7 @@ import pandas as pd
 
 from . import api, export
 from .ranking import recommendation_line
-
-# (header, how a row becomes the cell, right-aligned?) for the printed and Markdown tables.
-_COLUMNS: list[tuple[str, Any, bool]] = [
-    ("rank", lambda r: _int(r["rank"]), True),
-    ("accum", lambda r: _int(r["accum"]), True),
-    ("split", lambda r: _int(r["split"]), True),
-    ("per_dev", lambda r: _int(r["per_device_batch"]), True),
-    ("joint", lambda r: _int(r["joint_batch"]), True),
-    ("status", lambda r: _status(r), False),
-    ("samples/s", lambda r: _num(r["throughput_samples_per_s"], "{:,.1f}"), True),
-    ("95% interval", lambda r: _interval(r), True),
-    ("speedup", lambda r: _num(r["speedup"], "{:.2f}x"), True),
-    ("peak GiB", lambda r: _num(r["peak_mem_gib"], "{:.2f}"), True),
-    ("wall s", lambda r: _num(r["wall_s"], "{:.1f}"), True),
-    ("note", lambda r: _note(r), False),
-]
+from .results import atomic_write_text
 
 
 class ReportError(ValueError):
@@ -62,8 +48,26 @@ def _interval(r: Mapping[str, Any]) -> str:
 def _note(r: Mapping[str, Any]) -> str:
     if r["status"] == "ok" or pd.isna(r["reason"]):
         return ""
-    text = str(r["reason"]).splitlines()[0] if str(r["reason"]) else ""
+    lines = str(r["reason"]).splitlines()
+    text = lines[0] if lines else ""
     return text if len(text) <= 70 else text[:67] + "..."
+
+
+# (header, how a row becomes the cell, right-aligned?) for the printed and Markdown tables.
+_COLUMNS: list[tuple[str, Any, bool]] = [
+    ("rank", lambda r: _int(r["rank"]), True),
+    ("accum", lambda r: _int(r["accum"]), True),
+    ("split", lambda r: _int(r["split"]), True),
+    ("per_dev", lambda r: _int(r["per_device_batch"]), True),
+    ("joint", lambda r: _int(r["joint_batch"]), True),
+    ("status", _status, False),
+    ("samples/s", lambda r: _num(r["throughput_samples_per_s"], "{:,.1f}"), True),
+    ("95% interval", _interval, True),
+    ("speedup", lambda r: _num(r["speedup"], "{:.2f}x"), True),
+    ("peak GiB", lambda r: _num(r["peak_mem_gib"], "{:.2f}"), True),
+    ("wall s", lambda r: _num(r["wall_s"], "{:.1f}"), True),
+    ("note", _note, False),
+]
 
 
 def table_cells(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -88,7 +92,7 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right:
     return "\n".join(out + ["| " + " | ".join(row) + " |" for row in esc])
 
 
-def print_table(df: pd.DataFrame, stream: TextIO, use_rich: bool) -> None:
+def print_table(df: pd.DataFrame, stream: TextIO, use_rich: bool, width: int | None = None) -> None:
     if not use_rich:
         print(plain_table(df), file=stream)
         return
@@ -97,12 +101,17 @@ def print_table(df: pd.DataFrame, stream: TextIO, use_rich: bool) -> None:
 
     style = {"ok": "green", "oom": "red", "failed": "red", "timeout": "yellow", "invalid": "dim", "pending": "dim"}
     table = Table(show_edge=False, header_style="bold")
-    for header, _, right in _COLUMNS:
-        table.add_column(header, justify="right" if right else "left")
     headers, rows = table_cells(df)
+    for i, (header, _, right) in enumerate(_COLUMNS):
+        # Numbers keep their full width; on a narrow terminal the free-text note gives way first.
+        if header == "note":
+            table.add_column(header, overflow="ellipsis", no_wrap=True, ratio=1)
+        else:
+            fit = max([len(header)] + [len(row[i]) for row in rows])
+            table.add_column(header, justify="right" if right else "left", no_wrap=True, min_width=fit)
     for status, row in zip(df["status"], rows):
         table.add_row(*row, style=style.get(str(status), ""))
-    Console(file=stream).print(table)
+    Console(file=stream, width=width).print(table)
 
 
 def sweep_dir(path: str | Path) -> Path:
@@ -125,7 +134,8 @@ def read_recommendation(directory: Path) -> dict[str, Any] | None:
     try:
         rec = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
-        raise ReportError(f"{path}: not readable YAML ({str(e).splitlines()[0]}); rerun `python -m sweep resume={directory}`") from None
+        first = str(e).splitlines()[0]
+        raise ReportError(f"{path}: not readable YAML ({first}); rerun `python -m sweep resume={directory}`") from None
     if rec is not None and not isinstance(rec, dict):
         raise ReportError(f"{path}: expected a mapping of recommendation keys, found {type(rec).__name__}")
     return rec
@@ -146,7 +156,7 @@ def _headline(df: pd.DataFrame, meta: Mapping[str, Any] | None) -> str:
 
 
 def summary_markdown(df: pd.DataFrame, meta: Mapping[str, Any] | None, rec: Mapping[str, Any] | None,
-                     forms: Mapping[str, str]) -> str:
+                     forms: Mapping[str, str], plots: bool = True) -> str:
     first = df.iloc[0]
     meta = meta or {}
     lines = [
@@ -163,10 +173,12 @@ def summary_markdown(df: pd.DataFrame, meta: Mapping[str, Any] | None, rec: Mapp
         "",
         recommendation_line(rec),
     ]
-    if rec is not None:
-        lo, hi = (rec.get("throughput_interval_samples_per_s") or [None, None])[:2]
-        lines += ["", f"{rec['throughput_samples_per_s']:,.1f} samples/s (95% interval {lo:,.1f}-{hi:,.1f}), "
-                      f"per-device batch {rec['per_device_batch']}, joint batch {rec['joint_batch']}"]
+    if rec is not None and rec.get("throughput_samples_per_s") is not None:
+        detail = f"{rec['throughput_samples_per_s']:,.1f} samples/s"
+        interval = rec.get("throughput_interval_samples_per_s") or []
+        if len(interval) == 2 and None not in interval:
+            detail += f" (95% interval {interval[0]:,.1f}-{interval[1]:,.1f})"
+        lines += ["", f"{detail}, per-device batch {rec.get('per_device_batch')}, joint batch {rec.get('joint_batch')}"]
     headers, rows = table_cells(df)
     lines += ["", "## Ranked table", "", markdown_table(headers, rows, [r for _, _, r in _COLUMNS])]
     if forms:
@@ -174,9 +186,10 @@ def summary_markdown(df: pd.DataFrame, meta: Mapping[str, Any] | None, rec: Mapp
         titles = {"flags": "CLI flags", "yaml": "YAML", "nemo": "NeMo overrides", "slurm": "Slurm"}
         for form, text in forms.items():
             lines += ["", f"{titles.get(form, form)}:", "", "```" + ("yaml" if form == "yaml" else "sh"), text, "```"]
-    lines += ["", "## Plots", "", "![throughput by (accum, split)](heatmap.png)", "",
-              "![throughput vs per-device batch](scaling.png)", ""]
-    return "\n".join(lines)
+    if plots:
+        lines += ["", "## Plots", "", "![throughput by (accum, split)](heatmap.png)", "",
+                  "![throughput vs per-device batch](scaling.png)"]
+    return "\n".join(lines) + "\n"
 
 
 def _sweep_cell(r: Mapping[str, Any]) -> str:
@@ -191,22 +204,22 @@ def _sweep_cell(r: Mapping[str, Any]) -> str:
 def _change_cell(r: Mapping[str, Any]) -> str:
     if pd.isna(r["ratio_vs_first"]):
         return ""
-    return f"{r['ratio_vs_first']:.2f}x" + (" (noise)" if r["within_noise"] is True else "")
+    return f"{r['ratio_vs_first']:.2f}x" + (" (noise)" if pd.notna(r["within_noise"]) and r["within_noise"] else "")
 
 
 def comparison_markdown(cmp: pd.DataFrame, metas: Mapping[str, Mapping[str, Any] | None]) -> str:
     sweeps = cmp.drop_duplicates("sweep_order").sort_values("sweep_order")
     labels = {int(o): chr(ord("A") + int(o)) if o < 26 else f"S{o}" for o in sweeps["sweep_order"]}
-    lines = ["# Sweep comparison", "", f"Reference: A. Changes are throughput ratios against A for the same (accum, split); "
+    lines = ["# Sweep comparison", "", "Reference: A. Changes are throughput ratios against A for the same (accum, split); "
              "\"(noise)\" marks a change whose 95% interval overlaps A's.", ""]
     legend_rows = []
-    for s in sweeps.to_dict("records"):
-        meta = metas.get(s["sweep_id"]) or {}
-        legend_rows.append([labels[s["sweep_order"]], str(s["sweep_id"]), str(s["machine"]), str(s["workload"]),
-                            str(s["global_batch_size"]), str(s["num_devices"]), str(meta.get("state", "?")),
+    for sw in sweeps.to_dict("records"):
+        meta = metas.get(sw["sweep_id"]) or {}
+        legend_rows.append([labels[sw["sweep_order"]], str(sw["sweep_id"]), str(sw["machine"]), str(sw["workload"]),
+                            str(sw["global_batch_size"]), str(sw["num_devices"]), str(meta.get("state", "?")),
                             str(meta.get("started_at") or "?")])
     lines.append(markdown_table(["", "sweep", "machine", "workload", "global batch", "devices", "state", "started"],
-                                legend_rows, [False] * 3 + [False, True, True, False, False]))
+                                legend_rows, [False] * 4 + [True, True, False, False]))
     if sweeps["global_batch_size"].nunique() > 1:
         lines += ["", "Warning: the sweeps use different global batch sizes, so one (accum, split) pair means "
                       "different per-device batches in each."]
@@ -263,19 +276,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (api.LoadError, ReportError) as e:
         print(f"sweep.report: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) left: stop quietly, and keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except OSError as e:
-        print(f"sweep.report: error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
+        print(f"sweep.report: error: cannot write {e.filename or 'the report'}: {e.strerror}", file=sys.stderr)
         return 1
 
 
 def _run(args: argparse.Namespace) -> int:
     directory = sweep_dir(args.dir)
     if args.export:
-        try:
-            print(export.render(args.export, read_recommendation(directory), nodes=args.nodes, template=args.train_command))
-        except ValueError as e:
-            print(f"sweep.report: {e}", file=sys.stderr)
+        rec = read_recommendation(directory)
+        if rec is None:
+            print(f"sweep.report: {recommendation_line(None)} in {directory}", file=sys.stderr)
             return 1
+        try:
+            text = export.render(args.export, rec, nodes=args.nodes, template=args.train_command)
+        except ValueError as e:
+            raise ReportError(f"{e} (see --nodes and --train-command)") from None
+        print(text)
         return 0
     if args.compare:
         others = [sweep_dir(d) for d in args.compare]
@@ -286,7 +307,7 @@ def _run(args: argparse.Namespace) -> int:
             if meta:
                 metas[str(meta.get("sweep_id"))] = meta
         text = comparison_markdown(cmp, metas)
-        (directory / "comparison.md").write_text(text)
+        atomic_write_text(directory / "comparison.md", text)
         print(text, end="")
         print(f"wrote {directory / 'comparison.md'}", file=sys.stderr)
         return 0
@@ -309,6 +330,15 @@ def write_report(directory: Path, *, nodes: int = 1, template: str = export.DEFA
         forms = export.all_forms(rec, nodes=nodes, template=template) if rec else {}
     except ValueError as e:
         raise ReportError(f"{e} (see --nodes and --train-command)") from None
+    # Files first: a reader piping the printout into `head` must still get them.
+    summary = directory / "summary.md"
+    atomic_write_text(summary, summary_markdown(df, meta, rec, forms, plots))
+    written = [summary]
+    if plots:
+        from . import plots as plotting  # matplotlib is heavy: only load it when drawing
+
+        written.append(plotting.heatmap(df, directory / "heatmap.png"))
+        written.append(plotting.scaling(df, directory / "scaling.png"))
     if stream is not None:
         print(_headline(df, meta), file=stream)
         print(f"trials: {_counts(df)}", file=stream)
@@ -316,14 +346,6 @@ def write_report(directory: Path, *, nodes: int = 1, template: str = export.DEFA
         print(recommendation_line(rec), file=stream)
         if rec:
             print(f"flags: {forms['flags']}", file=stream)
-    summary = directory / "summary.md"
-    summary.write_text(summary_markdown(df, meta, rec, forms))
-    written = [summary]
-    if plots:
-        from . import plots as plotting  # matplotlib is heavy: only load it when drawing
-
-        written.append(plotting.heatmap(df, directory / "heatmap.png"))
-        written.append(plotting.scaling(df, directory / "scaling.png"))
     return written
 
 

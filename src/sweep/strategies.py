@@ -20,17 +20,20 @@ phase adds tensors that grow with joint_batch (j = p/s). Hence:
 
 Failed, timed-out and cancelled trials are "not feasible" but imply nothing.
 
-Throughput ordering (a heuristic, used to skip pairs that cannot win): a pair
-with no larger per-device batch (so no fewer accumulation steps) and no smaller
-split (so no fewer joint chunks) than a measured pair is no faster than it.
+Throughput ordering (a heuristic, used to skip pairs that cannot win). A step
+runs accum micro-batches of p samples through the encoder and per_device_total/j
+joint chunks of j samples (whatever the split), plus a fixed cost per micro-batch
+once split > 1. So a pair with no larger p and no larger j is no faster, unless
+it drops the split to 1 where the other splits.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Collection, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
 
+from sweep.ranking import ranked_ok
 from sweep.results import OK, OOM, PHASE_ENCODER, TrialResult
 from sweep.space import Candidate
 
@@ -56,10 +59,8 @@ class Strategy(Protocol):
 
 
 def rank_order(results: Mapping[str, TrialResult]) -> list[str]:
-    """Keys of the ok results, fastest median throughput first (ties broken by key)."""
-    ok = [(r.throughput, k) for k, r in results.items() if r.status == OK and r.throughput is not None]
-    ok.sort(key=lambda t: (-t[0], t[1]))
-    return [k for _, k in ok]
+    """Keys of the ok results, fastest median throughput first, in the sweep table's order."""
+    return [r.key for r in ranked_ok(results)]
 
 
 def leader_key(results: Mapping[str, TrialResult]) -> str | None:
@@ -86,8 +87,12 @@ def fit_implied(c: Candidate, results: Iterable[TrialResult]) -> bool:
 
 
 def no_faster_than(c: Candidate | TrialResult, other: Candidate | TrialResult) -> bool:
-    """Throughput heuristic: c does at least as many micro-batches and chunks as `other`."""
-    return c.per_device_batch <= other.per_device_batch and c.split >= other.split
+    """Throughput heuristic: c has no bigger micro-batches or joint chunks, and no split saving."""
+    return (
+        c.per_device_batch <= other.per_device_batch
+        and c.joint_batch <= other.joint_batch
+        and (c.split > 1 or other.split == 1)
+    )
 
 
 def _valid(candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -160,12 +165,19 @@ class Staircase:
     """The seed procedure, automated.
 
     Step 2: bisect over accum at the smallest split for the smallest accum that
-    runs ok. Step 3: halve accum and double split (constant product) until a
-    pair OOMs or no valid pair remains. If the first pair of step 3 OOMs, redo
-    step 3 from twice step 2's accum. Then hill-climb: try the leader's
-    neighbours (accum halved, split halved, or one halved and the other
-    doubled) that are neither OOM-implied nor outranked by a measured pair,
-    until none is left or the budget is spent.
+    runs ok. Step 3: halve accum and double split (constant product) until the
+    encoder OOMs or no valid pair remains. A stair that OOMs in the joint/loss
+    phase is retried at the same accum with the split doubled: the encoder
+    activations held through the joint phase grow with the per-device batch,
+    so the seed's constant joint batch need not fit any more. Then hill-climb:
+    try the leader's neighbours (each walked up in split past OOMs) that no
+    measured pair outranks, until none is left or the budget is spent.
+
+    The seed's special case (OOM in step 3: double step 2's accum b and redo
+    step 3) needs no code of its own here: its first pair (b, 2) is step 2's
+    batch with an extra split, which (b, 1) outranks, and its later pairs
+    (b/2, 4), (b/4, 8), ... are what the split walk at accum b/2 already tried
+    or ruled out. Whichever ran faster is the leader, as the seed asks.
     """
 
     name = "staircase"
@@ -174,6 +186,9 @@ class Staircase:
         self.candidates = _valid(candidates)
         self.max_trials = max_trials
         self.by_pair = {(c.accum, c.split): c for c in self.candidates}
+        self.splits_at: dict[int, list[int]] = {}
+        for c in self.candidates:  # sorted, so each list is ascending
+            self.splits_at.setdefault(c.accum, []).append(c.split)
         self.base_split = min((c.split for c in self.candidates), default=1)
         self.column = [c for c in self.candidates if c.split == self.base_split]  # accum ascending
 
@@ -182,28 +197,28 @@ class Staircase:
 
     def _plan(self, finished: Mapping[str, TrialResult]) -> list[Candidate]:
         results = list(finished.values())
+        ok = [r for r in results if r.status == OK]
         base, pending = self._step2(finished, results)
         if pending:
             return pending
         if base is not None:
-            pending, first_oomed = self._step3(base, finished, results)
+            pending = self._step3(base, finished, results, ok)
             if pending:
                 return pending
-            if first_oomed:  # seed's special case: OOM in step 3
-                pending, _ = self._step3(2 * base, finished, results)
-                if pending:
-                    return pending
-        return self._refine(finished, results)
+        return self._refine(finished, results, ok)
 
     def _step2(
         self, finished: Mapping[str, TrialResult], results: list[TrialResult]
     ) -> tuple[int | None, list[Candidate]]:
-        """(smallest ok accum or None, candidates still to bisect over)."""
+        """(smallest accum that ran ok, candidates still to bisect over)."""
         ok = [c.accum for c in self.column if c.key in finished and finished[c.key].status == OK]
         hi = min(ok) if ok else None
-        # An OOM anywhere on the column implies OOM at every smaller accum (bigger p and j).
-        ooms = [c.accum for c in self.column if c.key not in finished and oom_implied(c, results)]
-        ooms += [c.accum for c in self.column if c.key in finished and finished[c.key].status == OOM]
+        # Any OOM on this column implies OOM at every smaller accum (bigger p and j, same split).
+        ooms = [
+            c.accum
+            for c in self.column
+            if (finished[c.key].status == OOM if c.key in finished else oom_implied(c, results))
+        ]
         lo = max(ooms) if ooms else None
         unknown = [
             c
@@ -213,46 +228,65 @@ class Staircase:
         return hi, _bisection_order(unknown)
 
     def _step3(
-        self, base_accum: int, finished: Mapping[str, TrialResult], results: list[TrialResult]
-    ) -> tuple[list[Candidate], bool]:
-        """(stairs still to run, whether the first stair ran out of memory)."""
-        stairs: list[Candidate] = []
+        self, base_accum: int, finished: Mapping[str, TrialResult], results: list[TrialResult], ok: list[TrialResult]
+    ) -> list[Candidate]:
+        """Stairs still to run, in order; those after the first are speculative, for free slots."""
         accum, split = base_accum, self.base_split
-        while accum % 2 == 0 and (accum // 2, split * 2) in self.by_pair:
-            accum, split = accum // 2, split * 2
-            stairs.append(self.by_pair[(accum, split)])
         pending: list[Candidate] = []
-        for i, c in enumerate(stairs):
-            r = finished.get(c.key)
-            if (r is not None and r.status == OOM) or (r is None and oom_implied(c, results)):
-                return pending, i == 0
-            if r is None:
-                pending.append(c)  # later stairs are speculative when several slots are free
-        return pending, False
+        while accum % 2 == 0:
+            state, c = self._first_runnable(accum // 2, split * 2, finished, results, ok)
+            if c is None:
+                break
+            if state == "pending":
+                pending.append(c)
+            # An outranked stair is stepped over unrun: the next one has a bigger batch and may still win.
+            accum, split = c.accum, c.split
+        return pending
 
-    def _refine(self, finished: Mapping[str, TrialResult], results: list[TrialResult]) -> list[Candidate]:
-        ok = [r for r in results if r.status == OK]
+    def _first_runnable(
+        self,
+        accum: int,
+        split: int,
+        finished: Mapping[str, TrialResult],
+        results: list[TrialResult],
+        ok: list[TrialResult],
+    ) -> tuple[str, Candidate | None]:
+        """At this accum, the first split >= `split` not known or implied to OOM.
+
+        Returns ("ran", c) if that pair already finished (ok or failed),
+        ("pending", c) if it is worth running, ("outranked", c) if a measured
+        pair outranks it (and so every bigger split here), ("none", None) if
+        every split OOMs.
+        """
+        for s in self.splits_at.get(accum, []):
+            if s < split:
+                continue
+            c = self.by_pair[(accum, s)]
+            r = finished.get(c.key)
+            if r is not None and r.status != OOM:
+                return "ran", c
+            if r is None and not oom_implied(c, results):
+                return ("outranked" if any(no_faster_than(c, m) for m in ok) else "pending"), c
+        return "none", None
+
+    def _refine(
+        self, finished: Mapping[str, TrialResult], results: list[TrialResult], ok: list[TrialResult]
+    ) -> list[Candidate]:
         lead = leader_key(finished)
         if lead is None:
-            # Nothing has run ok (e.g. every trial at the smallest split failed or OOMed):
-            # try what is left, least memory first, until something runs.
+            # Nothing ran ok (e.g. every trial at the smallest split failed): try what
+            # is left, least memory first, until something runs.
             rest = [c for c in self.candidates if c.key not in finished and not oom_implied(c, results)]
             return sorted(rest, key=lambda c: (c.per_device_batch, c.joint_batch))
-        leader = finished[lead]
+        a, s = finished[lead].accum, finished[lead].split
+        # Neighbours in (per-device batch, joint batch): p doubled, j doubled; p same, j doubled;
+        # p halved, j quadrupled (or split dropped to 1). Walking each up in split past OOMs also
+        # reaches p doubled with j the same or smaller. Anything else the leader outranks.
         out = []
-        # Doubling accum or split at the leader gives a pair it outranks, so only these four can beat it.
-        for a, s in [
-            (leader.accum // 2, leader.split),
-            (leader.accum, leader.split // 2),
-            (leader.accum // 2, leader.split * 2),
-            (leader.accum * 2, leader.split // 2),
-        ]:
-            c = self.by_pair.get((a, s))
-            if c is None or c.key in finished or oom_implied(c, results):
-                continue
-            if any(no_faster_than(c, r) for r in ok):
-                continue
-            out.append(c)
+        for na, ns in [(a // 2, s), (a, s // 2), (a * 2, s // 4)]:
+            state, c = self._first_runnable(na, ns, finished, results, ok)
+            if state == "pending" and c is not None:
+                out.append(c)
         return out
 
 
@@ -289,13 +323,13 @@ class Powers:
             nxt = next((c for c in row if c.key not in finished and not oom_implied(c, results)), None)
             if nxt is None:
                 break  # every split at this batch runs out of memory: the climb ends here
+            if plan and nxt.split != plan[0].split:
+                break  # later doublings for free slots only at the split in use, not guessed ones
             plan.append(nxt)
-            if plan[0].split != nxt.split:
-                break  # beyond here we would be guessing the split too
         return plan
 
 
-def scaling_report(results: Mapping[str, TrialResult] | Iterable[TrialResult]) -> list[dict]:
+def scaling_report(results: Mapping[str, TrialResult] | Iterable[TrialResult]) -> list[dict[str, Any]]:
     """For each step up in per-device batch among ok results: does throughput keep pace?
 
     Uses the fastest ok pair at each per-device batch. `flag` is True when the
@@ -311,7 +345,7 @@ def scaling_report(results: Mapping[str, TrialResult] | Iterable[TrialResult]) -
             if cur is None or r.throughput > (cur.throughput or 0):
                 best[r.per_device_batch] = r
     batches = sorted(best)
-    report = []
+    report: list[dict[str, Any]] = []
     for small, big in zip(batches, batches[1:]):
         a, b = best[small], best[big]
         batch_ratio = big / small

@@ -11,11 +11,14 @@
 #                                 daemons that `start` recorded (TERM, then KILL)
 #   cluster.sh status STATE_DIR   show the recorded daemons and the node state
 #
-# Everything (configs, munge key and socket, MariaDB datadir and socket, Slurm
-# state, spool, logs, pid files) lives under STATE_DIR; every TCP port is picked
-# free at start and bound to loopback where the daemon allows it. /etc/slurm and
-# /etc/munge of the host are never read or written. Progress goes to stderr;
-# stdout of `start` is the single SLURM_CONF=... line. Needs root.
+# Everything (configs, munge key, MariaDB datadir and socket, Slurm state,
+# spool, logs, pid files, the record of started PIDs) lives under STATE_DIR,
+# except munged's socket, which must be the standard /run/munge/munge.socket.2
+# (Slurm's accounting clients ignore AuthInfo=socket=). A munged already serving
+# that socket is used as it is. Every TCP port is picked free at start; all
+# traffic goes to 127.0.0.1 (MariaDB listens only there). /etc/slurm and
+# /etc/munge are never read or written. Progress goes to stderr; stdout of
+# `start` is the single SLURM_CONF=... line. Needs root; no systemd.
 #
 # Tunables (environment): SLURM_TEST_CLUSTER (cluster name, default "sweeptest"),
 # SLURM_TEST_START_TIMEOUT (seconds to wait for the cluster, default 90).
@@ -36,11 +39,14 @@ export PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { printf '%s: ERROR: %s\n' "$PROG" "$*" >&2; exit 1; }
 
-# die_log MESSAGE LOGFILE: fail with one line naming the log, then its tail.
+# die_log MESSAGE LOG: fail with one line naming LOG, then the tail of LOG, or
+# of LOG's sibling .stderr file when there is one (Slurm daemons under -D copy
+# their log there, along with errors from before the log is open).
 die_log() {
-  local msg=$1 log=$2
-  printf '%s: ERROR: %s; read %s (last lines below)\n' "$PROG" "$msg" "$log" >&2
-  if [[ -s $log ]]; then tail -n 25 "$log" | sed 's/^/    | /' >&2; else echo "    | (log is empty or missing)" >&2; fi
+  local msg=$1 log=$2 tail_of=$2
+  [[ -s ${log%.log}.stderr ]] && tail_of=${log%.log}.stderr
+  printf '%s: ERROR: %s; read %s (last lines of %s below)\n' "$PROG" "$msg" "$log" "${tail_of##*/}" >&2
+  if [[ -s $tail_of ]]; then tail -n 25 "$tail_of" | sed 's/^/    | /' >&2; else echo "    | (empty or missing)" >&2; fi
   exit 1
 }
 
@@ -92,6 +98,7 @@ proc_start_time() {
   local stat
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
   stat=${stat##*) } # drop "pid (comm) ", comm may contain spaces
+  # shellcheck disable=SC2086 # split the fields on purpose
   set -- $stat
   echo "${20}"
 }
@@ -134,7 +141,7 @@ running() {
 start_daemon() {
   local name=$1 log=$2 pid st
   shift 2
-  say "starting $name (log: $log)"
+  say "starting $name"
   # setsid does not fork here (a background child of a shell without job control
   # is not a process-group leader), so $! is the daemon's own PID.
   setsid "$@" </dev/null >>"$log" 2>&1 &
@@ -163,7 +170,7 @@ set_state_dir() {
   PIDS_FILE=$STATE_DIR/daemons.pids
   SLURM_CONF_FILE=$STATE_DIR/slurm.conf
   LOG_DIR=$STATE_DIR/log
-  MUNGE_SOCKET=$STATE_DIR/munge/munge.socket
+  MUNGE_SOCKET=/run/munge/munge.socket.2
   DB_SOCKET=$STATE_DIR/mysql/mysqld.sock
   DB_CNF=$STATE_DIR/mysql/my.cnf
 }
@@ -197,7 +204,7 @@ bind-address=127.0.0.1
 pid-file=$s/run/mariadbd.pid
 skip-name-resolve
 skip-log-bin
-innodb_buffer_pool_size=128M
+innodb_buffer_pool_size=256M
 innodb_log_file_size=64M
 innodb_lock_wait_timeout=900
 max_allowed_packet=16M
@@ -215,11 +222,12 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$MUNGE_SOCKET
 StateSaveLocation=$s/state
 SlurmdSpoolDir=$s/spool
 SlurmctldPidFile=$s/run/slurmctld.pid
 SlurmdPidFile=$s/run/slurmd.pid
+# Timestamped logs; the daemons run with -D and also copy every line (plus
+# errors from before the log is open) to stderr, i.e. log/<daemon>.stderr.
 SlurmctldLogFile=$LOG_DIR/slurmctld.log
 SlurmdLogFile=$LOG_DIR/slurmd.log
 SlurmctldDebug=info
@@ -236,6 +244,9 @@ DefMemPerCPU=$(( mem / 2 ))
 # Trust this file over the hardware probe, so the node never drains for a mismatch.
 SlurmdParameters=config_overrides
 SchedulerType=sched/backfill
+# Start batch jobs at once instead of batching submissions for up to 3 s.
+SchedulerParameters=batch_sched_delay=0
+MailProg=/bin/true
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 AccountingStorageType=accounting_storage/slurmdbd
@@ -259,7 +270,6 @@ EOF
   # owned by SlurmUser and not readable by anyone else.
   ( umask 077; cat >"$s/slurmdbd.conf" <<EOF
 AuthType=auth/munge
-AuthInfo=socket=$MUNGE_SOCKET
 DbdHost=localhost
 DbdAddr=127.0.0.1
 DbdPort=$dbd_port
@@ -280,21 +290,38 @@ EOF
 
 node_memory_mb() {
   local mem
-  mem=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -n1)
+  mem=$(timeout 10 slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -n1) || mem=''
   if [[ -z $mem ]]; then
     mem=$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)
   fi
-  [[ $mem =~ ^[0-9]+$ ]] && (( mem > 0 )) || die "cannot determine the node's memory"
+  [[ $mem =~ ^[1-9][0-9]*$ ]] || die "cannot determine the node's memory"
   echo "$mem"
 }
 
-munge_works() { munge -S "$MUNGE_SOCKET" -n | unmunge -S "$MUNGE_SOCKET"; }
-db_answers() { mariadb --defaults-file="$DB_CNF" -u root -e 'SELECT 1'; }
-dbd_answers() { sacctmgr -n -P list cluster format=cluster; }
-ctld_up() { scontrol ping | grep -q 'is UP'; }
-node_idle() { [[ $(sinfo -h -o %T) == idle ]]; }
-sacct_answers() { sacct -n -X -a -S now; }
-cluster_registered() { sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; }
+# Readiness probes; `timeout` bounds clients that would hang on a half-up daemon.
+munge_works() { timeout 5 munge -n -S "$MUNGE_SOCKET" | timeout 5 unmunge -S "$MUNGE_SOCKET"; }
+db_answers() { timeout 5 mariadb --defaults-file="$DB_CNF" -u root -e 'SELECT 1'; }
+dbd_answers() { timeout 10 sacctmgr -n -P list cluster format=cluster; }
+ctld_up() { timeout 10 scontrol ping | grep -q 'is UP'; }
+node_idle() { [[ $(timeout 10 sinfo -h -o %T) == idle ]]; }
+sacct_answers() { timeout 10 sacct -n -X -a -S now; }
+cluster_registered() { timeout 10 sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; }
+
+start_munged() {
+  local s=$STATE_DIR log=$LOG_DIR/munged.log
+  if [[ ! -s $s/munge/munge.key ]]; then
+    if command -v mungekey >/dev/null; then
+      mungekey --create --keyfile="$s/munge/munge.key"
+    else
+      ( umask 077; dd if=/dev/urandom of="$s/munge/munge.key" bs=1024 count=1 status=none )
+    fi
+  fi
+  chmod 400 "$s/munge/munge.key"
+  start_daemon munged "$log" munged --foreground --force --socket="$MUNGE_SOCKET" \
+    --key-file="$s/munge/munge.key" --pid-file="$s/run/munged.pid" \
+    --seed-file="$s/munge/munged.seed" --log-file="$log"
+  wait_for munged "$LAST_PID" "$log" munge_works
+}
 
 on_start_exit() {
   local rc=$?
@@ -325,28 +352,25 @@ cmd_start() {
   mem=$(node_memory_mb)
   mkdir -p "$s"/{run,log,state,spool,mysql}
   install -d -m 700 "$s/munge"
+  install -d -m 755 "${MUNGE_SOCKET%/*}"
   : >"$PIDS_FILE"
   export SLURM_CONF=$SLURM_CONF_FILE
+  say "starting cluster $CLUSTER in $s (logs: $LOG_DIR)"
 
   local db_pass ctld_port slurmd_port dbd_port db_port
   db_pass=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
   pick_port ctld_port; pick_port slurmd_port; pick_port dbd_port; pick_port db_port
   write_configs "$host" "$mem" "$ctld_port" "$slurmd_port" "$dbd_port" "$db_port" "$db_pass"
 
-  # --- munged, with its own key and socket
-  if [[ ! -s $s/munge/munge.key ]]; then
-    if command -v mungekey >/dev/null; then
-      mungekey --create --keyfile="$s/munge/munge.key"
-    else
-      ( umask 077; dd if=/dev/urandom of="$s/munge/munge.key" bs=1024 count=1 status=none )
-    fi
+  # --- munged. Slurm's clients ignore AuthInfo=socket= for slurmdbd connections
+  # (sacct/sacctmgr always use /run/munge/munge.socket.2), so munged serves the
+  # standard socket. If a munged already answers there, the cluster uses it.
+  local log
+  if munge_works >/dev/null 2>&1; then
+    say "using the munged already serving $MUNGE_SOCKET (not started, will not be stopped)"
+  else
+    start_munged
   fi
-  chmod 400 "$s/munge/munge.key"
-  local log=$LOG_DIR/munged.log
-  start_daemon munged "$log" munged --foreground --force --socket="$MUNGE_SOCKET" \
-    --key-file="$s/munge/munge.key" --pid-file="$s/run/munged.pid" \
-    --seed-file="$s/munge/munged.seed" --log-file="$log"
-  wait_for munged "$LAST_PID" "$log" munge_works
 
   # --- MariaDB, datadir and socket under STATE_DIR, TCP on 127.0.0.1 only
   log=$LOG_DIR/mariadbd.log
@@ -366,20 +390,20 @@ EOF
 
   # --- slurmdbd
   log=$LOG_DIR/slurmdbd.log
-  start_daemon slurmdbd "$log" slurmdbd -D
+  start_daemon slurmdbd "$LOG_DIR/slurmdbd.stderr" slurmdbd -D
   wait_for slurmdbd "$LAST_PID" "$log" dbd_answers
   # Register the cluster (and its root association) before slurmctld connects.
-  cluster_registered || sacctmgr -i add cluster "$CLUSTER" >>"$log" 2>&1 \
-    || die_log "sacctmgr add cluster $CLUSTER failed" "$log"
+  cluster_registered || sacctmgr -i add cluster "$CLUSTER" >>"$LOG_DIR/sacctmgr.log" 2>&1 \
+    || die_log "sacctmgr add cluster $CLUSTER failed" "$LOG_DIR/sacctmgr.log"
 
   # --- slurmctld
   log=$LOG_DIR/slurmctld.log
-  start_daemon slurmctld "$log" slurmctld -D -f "$SLURM_CONF_FILE"
+  start_daemon slurmctld "$LOG_DIR/slurmctld.stderr" slurmctld -D -f "$SLURM_CONF_FILE"
   wait_for slurmctld "$LAST_PID" "$log" ctld_up
 
   # --- slurmd
   log=$LOG_DIR/slurmd.log
-  start_daemon slurmd "$log" slurmd -D -f "$SLURM_CONF_FILE" -N "$host"
+  start_daemon slurmd "$LOG_DIR/slurmd.stderr" slurmd -D -f "$SLURM_CONF_FILE" -N "$host"
   wait_for slurmd "$LAST_PID" "$log" node_idle
   wait_for "slurmdbd (sacct)" "$(awk '$1 == "slurmdbd" { print $2 }' "$PIDS_FILE")" \
     "$LOG_DIR/slurmdbd.log" sacct_answers
@@ -416,16 +440,16 @@ stop_one() {
 # slurmstepd or job process outlives the cluster.
 cancel_jobs() {
   local ids i
-  ids=$(squeue -h -o %A 2>/dev/null) || return 0
-  [[ -n $ids ]] || return 0
-  say "cancelling jobs: $(echo $ids)"
-  # shellcheck disable=SC2086
-  scancel $ids 2>/dev/null || true
-  for (( i = 0; i < 150; i++ )); do # KillWait (5 s) + slack
-    [[ -z $(squeue -h -t PD,R,CG,S -o %A 2>/dev/null) ]] && return 0
+  ids=$(timeout 10 squeue -h -o %A 2>/dev/null | tr '\n' ' ') || return 0
+  [[ -n ${ids// } ]] || return 0
+  say "cancelling jobs: $ids"
+  # shellcheck disable=SC2086 # one argument per job id
+  timeout 10 scancel $ids 2>/dev/null || true
+  for (( i = 0; i < 100; i++ )); do # KillWait (5 s) + slack
+    [[ -z $(timeout 10 squeue -h -o %A 2>/dev/null) ]] && return 0
     sleep 0.2
   done
-  say "WARNING: jobs still not finished: $(squeue -h -o '%A %T' 2>/dev/null | tr '\n' ' ')"
+  say "WARNING: jobs still not finished: $(timeout 10 squeue -h -o '%A %T' 2>/dev/null | tr '\n' ' ')"
 }
 
 cmd_stop() {

@@ -132,7 +132,10 @@ def run_command_trial(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _ok_result(base: dict[str, Any], measurements: list[Any], chosen: Any, skip: int) -> TrialResult:
     gbs = base["global_batch_size"]
-    times = [m.step_time_s for m in measurements[skip:] if getattr(m, "step_time_s", None)]
+    # Per-step figures after the warm-up epochs give a real interval; epoch averages do not.
+    steps = [m for m in measurements if m.step_time_s]
+    timed = [m for m in steps if m.epoch is not None and m.epoch > skip] or steps[skip:]
+    times = [m.step_time_s for m in timed]
     if len(times) >= 3:
         mid, low, high = throughput_summary(times, gbs)
     else:

@@ -42,29 +42,75 @@ _CODE_PHASE = {v: k for k, v in _PHASE_CODE.items()}
 # ---------------------------------------------------------------- loss
 
 
-def rnnt_loss(log_probs: torch.Tensor, labels: torch.Tensor, blank: int = BLANK) -> torch.Tensor:
-    """Per-utterance negative log-likelihood, shape (B,), for fixed-length inputs.
-
-    log_probs: (B, T, U+1, V) log-softmax output of the joint; labels: (B, U).
-    Forward variables alpha(t, u) over the lattice, one time step at a time:
-    within a row, emissions form a linear recurrence in log space, solved in
-    one shot with a cumulative sum and a log-cumsum-exp along u.
-    """
-    B, T, U1, V = log_probs.shape
+def _lattice(log_probs: torch.Tensor, labels: torch.Tensor, blank: int):
+    """Blank and emission log-probs on the lattice, and C(t,u) = sum_{j<u} emit(t,j)."""
+    B, T, U1, _ = log_probs.shape
     blank_lp = log_probs[..., blank]  # (B, T, U+1)
     index = labels[:, None, :, None].expand(B, T, U1 - 1, 1)
     emit_lp = log_probs[:, :, :-1, :].gather(3, index).squeeze(3)  # (B, T, U)
-    zero = log_probs.new_zeros(B, 1)
+    csum = torch.cat([log_probs.new_zeros(B, T, 1), emit_lp.cumsum(2)], dim=2)  # (B, T, U+1)
+    return blank_lp, emit_lp, csum
 
-    def row(from_below: torch.Tensor, t: int) -> torch.Tensor:
-        # alpha(t,u) = logsumexp_k<=u [from_below(k) + sum_{k<=j<u} emit(t,j)]
-        csum = torch.cat([zero, emit_lp[:, t].cumsum(1)], dim=1)
-        return csum + torch.logcumsumexp(from_below - csum, dim=1)
 
-    alpha = torch.cat([zero, emit_lp[:, 0].cumsum(1)], dim=1)  # t = 0: emissions only
-    for t in range(1, T):
-        alpha = row(alpha + blank_lp[:, t - 1], t)
-    return -(alpha[:, -1] + blank_lp[:, -1, -1])
+class _RNNTLoss(torch.autograd.Function):
+    """NLL by forward variables, gradient by backward variables (the alpha-beta method).
+
+    Within a lattice row, emissions form a linear recurrence in log space,
+    solved in one shot by a cumulative sum and a log-cumsum-exp along u:
+
+        alpha(t,u) = C(t,u) + logcumsumexp_u[alpha(t-1,u) + blank(t-1,u) - C(t,u)]
+
+    Carrying a(t) = alpha(t) - C(t) leaves two ops per time step; everything
+    else is computed for all t at once. The loop over t is the only sequential
+    part, and it is the per-chunk cost of batch splitting, so it is kept
+    minimal, and its backward is written out rather than taped op by op.
+    """
+
+    @staticmethod
+    def forward(ctx, log_probs: torch.Tensor, labels: torch.Tensor, blank: int) -> torch.Tensor:
+        blank_lp, emit_lp, csum = _lattice(log_probs.detach(), labels, blank)
+        B, T, U1 = blank_lp.shape
+        k = (csum[:, :-1] + blank_lp[:, :-1] - csum[:, 1:]).unbind(1)
+        rows = [log_probs.new_zeros(B, U1)]  # t = 0: alpha(0) = C(0), emissions only
+        for t in range(1, T):
+            rows.append(torch.logcumsumexp(rows[-1] + k[t - 1], dim=1))
+        alpha = torch.stack(rows, dim=1) + csum
+        log_z = alpha[:, -1, -1] + blank_lp[:, -1, -1]
+        ctx.save_for_backward(labels, blank_lp, emit_lp, csum, alpha, log_z)
+        ctx.blank, ctx.shape = blank, log_probs.shape
+        return -log_z
+
+    @staticmethod
+    def backward(ctx, grad_nll: torch.Tensor):
+        labels, blank_lp, emit_lp, csum, alpha, log_z = ctx.saved_tensors
+        B, T, U1 = blank_lp.shape
+        # Backward variables, the mirror image: b(t) = beta(t) + C(t) obeys
+        # b(t) = reverse-logcumsumexp_u[b(t+1) + C(t) - C(t+1) + blank(t)], so the
+        # rows are flipped in u once, up front, and flipped back once at the end.
+        kb = (csum[:, :-1] - csum[:, 1:] + blank_lp[:, :-1]).flip(2).unbind(1)
+        last = (blank_lp[:, -1, -1] + csum[:, -1, -1])[:, None].expand(B, U1)
+        rows = [last]
+        for t in range(T - 2, -1, -1):
+            rows.append(torch.logcumsumexp(rows[-1] + kb[t], dim=1))
+        beta = torch.stack(rows[::-1], dim=1).flip(2) - csum
+        scale = -grad_nll[:, None, None]
+        grad_blank = torch.zeros_like(blank_lp)
+        grad_blank[:, :-1] = torch.exp(alpha[:, :-1] + blank_lp[:, :-1] + beta[:, 1:] - log_z[:, None, None])
+        grad_blank[:, -1, -1] = 1.0
+        grad_emit = torch.exp(alpha[:, :, :-1] + emit_lp + beta[:, :, 1:] - log_z[:, None, None])
+        grad = blank_lp.new_zeros(ctx.shape)
+        grad[..., ctx.blank] = grad_blank * scale
+        index = labels[:, None, :, None].expand(B, T, U1 - 1, 1)
+        grad[:, :, :-1, :].scatter_(3, index, (grad_emit * scale).unsqueeze(3))
+        return grad, None, None
+
+
+def rnnt_loss(log_probs: torch.Tensor, labels: torch.Tensor, blank: int = BLANK) -> torch.Tensor:
+    """Per-utterance negative log-likelihood, shape (B,), for fixed-length inputs.
+
+    log_probs: (B, T, U+1, V) log-softmax output of the joint; labels: (B, U) in 1..V-1.
+    """
+    return _RNNTLoss.apply(log_probs, labels, blank)
 
 
 def rnnt_loss_bruteforce(log_probs: torch.Tensor, labels: torch.Tensor, blank: int = BLANK) -> torch.Tensor:

@@ -1,0 +1,171 @@
+"""How likely is the leader (fastest median among ok trials) to be the truly fastest feasible pair? (pure)
+
+1. Measured: each ok trial's log throughput ~ normal around its median, se = 1.25*sigma/sqrt(steps)
+   (sigma: robust spread of its log step times, shrunk toward the pooled one) plus a 1% between-trial
+   floor; P_measured = P(the leader beats every other ok pair), exact by 1-D quadrature.
+2. Untried: a valid pair not finished, whose OOM is not implied and that no measured pair outranks,
+   may be feasible and faster with prior q = Q[direction] * 0.65**(d-1) (* 0.4 unless an ok trial
+   implies it fits, * 0.25 if a slower measured pair lies between it and the leader that way);
+   direction and d (doublings) are taken in (per-device batch, joint batch) from the leader.
+3. confidence = P_measured * prod(1 - q), as an integer 0..99: never 100, as Cerebras.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+from sweep.results import OK, TrialResult
+from sweep.space import Candidate
+from sweep.strategies import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
+
+__all__ = ["confidence_score", "leader_probability", "leader_key", "open_pairs", "rank_order"]
+
+# Measurement model. A trial's steps share conditions (node, clocks, data order) that the
+# next trial does not, so trials differ by more than their step scatter suggests.
+TRIAL_FLOOR = 0.01  # between-trial log-throughput noise
+SHRINK_STEPS = 8  # weight, in steps, of the pooled spread when estimating one trial's spread
+DEFAULT_SE = 0.05  # a result with neither step times nor an interval
+MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # se(median) / se(mean) for normal data
+
+# Prior that an untried pair is feasible and faster than the leader, by direction from the
+# leader in (per-device batch p, joint batch j) at d = 1 doubling. Fitted (then rounded) by
+# maximum likelihood on simulated sweeps (bench/bench_confidence.py checks the result).
+Q = {
+    "outranks": 0.85,  # p and j both at least the leader's: faster if it fits (often it does not)
+    "wider": 1.0,  # bigger p, smaller j (the staircase direction); always d >= 2, so <= 0.65
+    "narrower": 0.55,  # smaller p, bigger j
+    "drops_split": 0.15,  # smaller p and j, but split=1 saves the splitting overhead
+}
+DECAY = 0.65  # per further doubling in p or j (d = |doublings of p| + |doublings of j|)
+FIT_UNKNOWN = 0.4  # no ok trial implies it fits
+SHADOW = 0.25  # a slower measured pair in the same direction lies between it and the leader
+
+_Z = [-6.0 + 12.0 * i / 120 for i in range(121)]  # quadrature nodes, in leader standard errors
+_W = [math.exp(-0.5 * z * z) for z in _Z]
+_WSUM = sum(_W)
+
+
+def _phi_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def _robust_sigma(logs: list[float]) -> float:
+    """1.4826 * median absolute deviation (slow outlier steps must not inflate it); the sample sd if that is 0."""
+    med = _median(logs)
+    mad = _median([abs(x - med) for x in logs])
+    if mad > 0:
+        return 1.4826 * mad
+    mean = sum(logs) / len(logs)
+    return math.sqrt(sum((x - mean) ** 2 for x in logs) / max(1, len(logs) - 1))
+
+
+def _estimates(ok: list[TrialResult]) -> dict[str, tuple[float, float]]:
+    """key -> (log throughput, standard deviation of its error)."""
+    spreads: dict[str, tuple[float, int]] = {}
+    for r in ok:
+        logs = [math.log(t) for t in r.step_times_s if t > 0]
+        if len(logs) >= 2:
+            spreads[r.key] = (_robust_sigma(logs), len(logs))
+    # A handful of steps gives a poor spread on its own; trials on one machine share most of it.
+    dof = sum(n - 1 for _, n in spreads.values())
+    pooled = math.sqrt(sum((n - 1) * s * s for s, n in spreads.values()) / dof) if dof else 0.0
+    out = {}
+    for r in ok:
+        if r.key in spreads:
+            s, n = spreads[r.key]
+            s = math.sqrt((n * s * s + SHRINK_STEPS * pooled * pooled) / (n + SHRINK_STEPS))
+            se = MEDIAN_EFFICIENCY * s / math.sqrt(n)
+        elif r.throughput_low and r.throughput_high and r.throughput_high > r.throughput_low:
+            se = (math.log(r.throughput_high) - math.log(r.throughput_low)) / (2 * 1.96)  # its 95% interval
+        else:
+            se = DEFAULT_SE
+        out[r.key] = (math.log(r.throughput), math.sqrt(se * se + TRIAL_FLOOR**2))  # type: ignore[arg-type]
+    return out
+
+
+def leader_probability(results: Mapping[str, TrialResult]) -> float | None:
+    """P(the leader's true throughput beats every other ok pair's), from the measurements alone."""
+    lead = leader_key(results)
+    if lead is None:
+        return None
+    est = _estimates([r for r in results.values() if r.status == OK and r.throughput])
+    m0, s0 = est[lead]
+    # Rivals 8 combined standard errors behind cannot move the answer.
+    rivals = [(m, s) for k, (m, s) in est.items() if k != lead and m0 - m < 8.0 * math.hypot(s0, s)]
+    total = 0.0
+    for z, w in zip(_Z, _W):
+        x = m0 + s0 * z
+        for m, s in rivals:
+            w *= _phi_cdf((x - m) / s)
+        total += w
+    return total / _WSUM
+
+
+def _offset(c: Candidate | TrialResult, lead: TrialResult) -> tuple[float, float]:
+    """Doublings of per-device batch and of joint batch from the leader."""
+    return math.log2(c.per_device_batch / lead.per_device_batch), math.log2(c.joint_batch / lead.joint_batch)
+
+
+def _direction(u: float, w: float) -> str:
+    if u >= 0 and w >= 0:
+        return "outranks"
+    if u > 0:
+        return "wider"
+    if w > 0:
+        return "narrower"
+    return "drops_split"  # smaller in both and still not outranked: it must have dropped to split=1
+
+
+def _between(x: float, end: float) -> bool:
+    return 0 <= x <= end if end >= 0 else end <= x <= 0
+
+
+def open_pairs(candidates: Sequence[Candidate], results: Mapping[str, TrialResult]) -> list[tuple[Candidate, float]]:
+    """Untried pairs that could still beat the leader, each with its prior q (empty with no leader)."""
+    lead_key = leader_key(results)
+    if lead_key is None:
+        return []
+    lead = results[lead_key]
+    finished = list(results.values())
+    ok = [r for r in finished if r.status == OK]
+    measured = [(_direction(*_offset(r, lead)), *_offset(r, lead)) for r in ok if r.key != lead_key]
+    out = []
+    for c in candidates:
+        if not c.valid or c.key in results or oom_implied(c, finished):
+            continue
+        if any(no_faster_than(c, r) for r in ok):
+            continue  # no faster than a measured pair, which P_measured already covers
+        u, w = _offset(c, lead)
+        direction = _direction(u, w)
+        q = Q[direction] * DECAY ** (abs(u) + abs(w) - 1)
+        if not fit_implied(c, finished):
+            q *= FIT_UNKNOWN
+        # Throughput that fell off between the leader and c, the same way, has likely peaked.
+        if any(d == direction and _between(mu, u) and _between(mw, w) for d, mu, mw in measured):
+            q *= SHADOW
+        out.append((c, q))
+    return out
+
+
+def confidence_score(
+    candidates: Sequence[Candidate], results: Mapping[str, TrialResult], done: bool = False
+) -> int | None:
+    """0..99: how likely the leader is the fastest feasible pair; None when no trial ran ok.
+
+    In-flight pairs count as untried. `done` does not change the estimate: it rests on
+    the results alone, so an interim score and a final one mean the same thing.
+    """
+    del done
+    p = leader_probability(results)
+    if p is None:
+        return None
+    for _, q in open_pairs(candidates, results):
+        p *= 1.0 - q
+    return max(0, min(99, int(round(100 * p))))

@@ -1,0 +1,190 @@
+"""Confidence that the leader is the fastest feasible pair: tables, and a quick calibration check."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from landscapes import LANDSCAPES, Landscape, random_landscape, run_sweep
+
+from sweep.confidence import confidence_score, leader_key, leader_probability, open_pairs, rank_order
+from sweep.results import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
+from sweep.space import Candidate, enumerate_candidates, make_candidate
+from sweep.stats import throughput_summary
+from sweep.strategies import make_strategy
+
+GBS, DEVICES = 1024, 8
+ALL = enumerate_candidates(GBS, DEVICES)  # 35 valid pairs, per-device batch 1..128
+
+
+def ok(accum: int, split: int, thr: float, noise: float = 0.02, steps: int = 10, seed: int = 0) -> TrialResult:
+    """An ok trial whose step times scatter (lognormal, `noise`) around a true `thr` samples/s."""
+    rng = random.Random(hash((accum, split, seed)))
+    times = [GBS / thr * math.exp(rng.gauss(0, noise)) for _ in range(steps)]
+    c = make_candidate(accum, split, GBS, DEVICES)
+    med, lo, hi = throughput_summary(times, GBS)
+    return TrialResult(accum, split, c.per_device_batch, c.joint_batch, GBS, DEVICES, OK, step_times_s=times,
+                       throughput=med, throughput_low=lo, throughput_high=hi)  # fmt: skip
+
+
+def oom(accum: int, split: int, phase: str = PHASE_JOINT) -> TrialResult:
+    c = make_candidate(accum, split, GBS, DEVICES)
+    return TrialResult(accum, split, c.per_device_batch, c.joint_batch, GBS, DEVICES, OOM, oom_phase=phase)
+
+
+def failed(accum: int, split: int) -> TrialResult:
+    c = make_candidate(accum, split, GBS, DEVICES)
+    return TrialResult(accum, split, c.per_device_batch, c.joint_batch, GBS, DEVICES, FAILED, error="boom")
+
+
+def by_key(*results: TrialResult) -> dict[str, TrialResult]:
+    return {r.key: r for r in results}
+
+
+def grid_results(land: Landscape, seed: int = 0) -> dict[str, TrialResult]:
+    return run_sweep(make_strategy("grid", land.candidates()), land, 1, seed)
+
+
+def only(*pairs: tuple[int, int]) -> list[Candidate]:
+    return [make_candidate(a, s, GBS, DEVICES) for a, s in pairs]
+
+
+# --- the table ------------------------------------------------------------------------------
+
+CASES = [
+    # (name, candidates, results, low, high)
+    ("one measured pair, 34 untried", ALL, by_key(ok(8, 1, 1500)), 0, 25),
+    ("step 2 done, stairs untried", ALL, by_key(oom(4, 1), ok(8, 1, 1500)), 0, 40),
+    ("every pair measured, big gaps", LANDSCAPES["typical"].candidates(), grid_results(LANDSCAPES["typical"]), 95, 99),
+    ("two pairs within noise", only((1, 1), (2, 1)), by_key(ok(1, 1, 1000, seed=1), ok(2, 1, 1000, seed=2)), 35, 65),
+    ("two pairs, 10% apart, 2% noise", only((1, 1), (2, 1)), by_key(ok(1, 1, 1100), ok(2, 1, 1000)), 95, 99),
+    ("huge gap, no noise at all", only((1, 1), (2, 1)), by_key(ok(1, 1, 1e6, noise=0), ok(2, 1, 1, noise=0)), 99, 99),
+    ("the leader alone, nothing untried", only((2, 1)), by_key(ok(2, 1, 500)), 99, 99),
+]
+
+
+@pytest.mark.parametrize("name, cands, results, low, high", CASES, ids=[c[0] for c in CASES])
+def test_confidence_table(name, cands, results, low, high):
+    score = confidence_score(cands, results)
+    assert score is not None and low <= score <= high
+
+
+@pytest.mark.parametrize(
+    "results",
+    [{}, by_key(oom(1, 1)), by_key(oom(1, 1, PHASE_ENCODER), failed(2, 1))],
+    ids=["nothing", "an oom", "oom and failure"],
+)
+def test_none_without_an_ok_result(results):
+    assert confidence_score(ALL, results) is None
+    assert leader_probability(results) is None
+    assert leader_key(results) is None and rank_order(results) == []
+    assert open_pairs(ALL, results) == []
+
+
+def test_oom_implied_pairs_do_not_lower_confidence():
+    # A joint OOM at per-device batch 64, split 1 rules out every pair with j >= 64.
+    results = by_key(ok(4, 1, 1000), ok(8, 1, 600), oom(2, 1))
+    measured_only = confidence_score(only((4, 1), (8, 1), (2, 1)), results)
+    implied = only((1, 1), (1, 2), (2, 1))  # j = 128, 64, 64
+    assert confidence_score(only((4, 1), (8, 1), (2, 1)) + implied, results) == measured_only
+    # ... while a pair the OOM does not rule out (p=64, j=32) does lower it.
+    assert confidence_score(only((4, 1), (8, 1), (2, 1), (2, 2)), results) < measured_only  # type: ignore[operator]
+
+
+def test_more_oom_evidence_never_lowers_confidence():
+    results = by_key(ok(8, 1, 1500))
+    before = confidence_score(ALL, results)
+    results.update(by_key(oom(4, 1)))
+    after_joint = confidence_score(ALL, results)
+    results.update(by_key(oom(4, 2, PHASE_ENCODER)))
+    after_encoder = confidence_score(ALL, results)
+    assert before <= after_joint <= after_encoder  # type: ignore[operator]
+
+
+def test_outranked_pairs_do_not_count():
+    # (16, 1) and (8, 2) cannot beat the measured (8, 1): smaller batch / more chunks.
+    results = by_key(ok(8, 1, 1500), oom(4, 1), oom(4, 2, PHASE_ENCODER))
+    keys = {c.key for c, _ in open_pairs(ALL, results)}
+    assert not keys & {"accum16_split1", "accum8_split2", "accum128_split1"}
+
+
+def test_failed_trials_count_as_infeasible_not_as_open():
+    results = by_key(ok(2, 8, 2000), failed(1, 16))
+    assert "accum1_split16" not in {c.key for c, _ in open_pairs(ALL, results)}
+
+
+def test_in_flight_pairs_count_as_untried():
+    results = by_key(ok(8, 1, 1500), oom(4, 1))
+    assert "accum4_split2" in {c.key for c, _ in open_pairs(ALL, results)}
+
+
+def test_done_does_not_change_the_estimate():
+    results = grid_results(LANDSCAPES["noisy"])
+    assert confidence_score(ALL, results, done=True) == confidence_score(ALL, results, done=False)
+
+
+def test_never_100_even_with_everything_settled():
+    results = grid_results(LANDSCAPES["typical"].with_(step_noise=1e-4, steps=30))
+    assert leader_probability(results) == pytest.approx(1.0)
+    assert confidence_score(ALL, results) == 99
+
+
+def test_results_without_step_times_use_their_interval():
+    a, b = ok(1, 1, 1100), ok(2, 1, 1000)
+    with_steps = confidence_score(only((1, 1), (2, 1)), by_key(a, b))
+    a.step_times_s, b.step_times_s = [], []
+    from_interval = confidence_score(only((1, 1), (2, 1)), by_key(a, b))
+    assert with_steps is not None and from_interval is not None and from_interval >= 60
+    a.throughput_low = a.throughput_high = b.throughput_low = b.throughput_high = None
+    assert confidence_score(only((1, 1), (2, 1)), by_key(a, b)) is not None  # default error, no crash
+
+
+def test_noisier_measurements_give_lower_confidence():
+    quiet = by_key(ok(1, 1, 1040, noise=0.01), ok(2, 1, 1000, noise=0.01))
+    loud = by_key(ok(1, 1, 1040, noise=0.08), ok(2, 1, 1000, noise=0.08))
+    pair = only((1, 1), (2, 1))
+    assert confidence_score(pair, loud) < confidence_score(pair, quiet)  # type: ignore[operator]
+
+
+def test_confidence_grows_over_a_staircase_sweep():
+    land = LANDSCAPES["typical"]
+    scores: list[int] = []
+    run_sweep(
+        make_strategy("staircase", land.candidates()),
+        land,
+        1,
+        seed=2,
+        on_result=lambda fin, _: scores.append(confidence_score(land.candidates(), fin) or 0),
+    )
+    assert scores[-1] >= 90 and min(s for s in scores if s) < 50
+
+
+# --- calibration, quick and loose (bench/bench_confidence.py is the real check) --------------
+
+
+def test_calibration_on_simulated_sweeps():
+    stated: list[float] = []
+    hits: list[bool] = []
+    for seed in range(150):
+        rng = random.Random(seed)
+        land = random_landscape(rng)
+        cands, best = land.candidates(), land.best()
+        if best is None:
+            continue
+
+        def record(fin, _in_flight, cands=cands, best=best):
+            score = confidence_score(cands, fin)
+            if score is not None:
+                stated.append(score / 100)
+                hits.append(leader_key(fin) == best.key)
+
+        strategy = "staircase" if seed % 2 else "grid"
+        run_sweep(make_strategy(strategy, cands), land, rng.choice([1, 2, 3]), seed, record)
+    assert len(stated) > 500
+    mean_stated, observed = sum(stated) / len(stated), sum(hits) / len(hits)
+    assert abs(mean_stated - observed) < 0.06
+    low = [h for s, h in zip(stated, hits) if s < 0.4]
+    high = [h for s, h in zip(stated, hits) if s >= 0.9]
+    assert len(low) > 30 and sum(low) / len(low) < 0.45
+    assert len(high) > 100 and sum(high) / len(high) > 0.9

@@ -1,0 +1,455 @@
+"""Log parsers: every format, chunking, hostile bytes, big and growing files."""
+
+from __future__ import annotations
+
+import os
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sweep.parsers import (
+    LineSplitter,
+    LogTail,
+    Measurement,
+    make_parser,
+    read_tail,
+    scan_file,
+    select_measurement,
+)
+
+MYRTLE = {"type": "myrtle"}
+TQDM_RE = {"type": "regex", "pattern": r"samples/s=(?P<throughput>[\d.]+)"}
+STEP_RE = {
+    "type": "regex",
+    "pattern": r"step (?P<step>\d+)/\d+ .*?(?P<step_time>[\d.]+) ms/step .*?(?P<throughput>[\d.,]+) samples/s",
+    "step_time_unit": "ms",
+}
+JSONL = {"type": "jsonl", "key": "metrics.samples_per_sec", "step_key": "step", "step_time_key": "metrics.step_time"}
+
+# (spec, line, expected fields or None). Lines as the tools print them.
+LINES = [
+    # caiman-asr up to v1.11: epoch averages on stdout
+    (MYRTLE, "DLL 2023-05-02 10:11:12.123456 - epoch    1 | avg train utts/s   729 | took 52.10 s",
+     dict(throughput=729.0, epoch=1, step=None, epoch_time_s=52.1)),
+    (MYRTLE, "DLL 2023-05-02 10:12:04.654321 - epoch    2 | avg train utts/s  1400 | took 12.34 s",
+     dict(throughput=1400.0, epoch=2, step=None, epoch_time_s=12.34)),
+    # v1.12 on: epoch averages and per-step lines (step tuple: epoch, iter/iters, step)
+    (MYRTLE, "DLL 2024-01-02 10:11:12.123456 - epoch    2 | train_avg_throughput-audio-samples-per-sec :  1400.12 "
+             "| train_avg_took :  12.34",
+     dict(throughput=1400.12, epoch=2, step=None, epoch_time_s=12.34)),
+    (MYRTLE, "DLL 2024-01-02 10:11:05.000001 - epoch    2 | iter   10/10 | step   20 | train_loss :  95.3125 "
+             "| train_wer :  98.1 | train_noise/gradient :  0 | train_throughput-audio-samples-per-sec :  1391.74 "
+             "| train_throughput-audio-secs-per-sec :  19856.2 | train_took :  0.7357 | train_lrate :  0.0001",
+     dict(throughput=1391.74, epoch=2, step=20, step_time_s=0.7357)),
+    # nvlog.json records
+    (MYRTLE, 'DLLL {"timestamp": "1704190272.123456", "datetime": "2024-01-02 10:11:12.123456", '
+             '"elapsedtime": "62.8", "type": "LOG", "step": [2], "data": '
+             '{"train_avg_throughput-audio-samples-per-sec": 1400.12, "train_avg_took": 12.34}}',
+     dict(throughput=1400.12, epoch=2, step=None, epoch_time_s=12.34)),
+    (MYRTLE, 'DLLL {"timestamp": "1704190265.000001", "type": "LOG", "step": [2, 10, 10, 20], "data": '
+             '{"train_loss": 95.3, "train_throughput-audio-samples-per-sec": 1391.74, '
+             '"train_throughput-audio-secs-per-sec": 19856.2, "train_took": 0.7357}}',
+     dict(throughput=1391.74, epoch=2, step=20, step_time_s=0.7357)),
+    (MYRTLE, 'DLLL {"type": "LOG", "step": 3, "data": {"train_avg_throughput-audio-samples-per-sec": 1510.5}}',
+     dict(throughput=1510.5, epoch=3, step=None)),
+    (MYRTLE, 'DLLL {"type": "LOG", "step": [], "data": {"epoch": 4, "train_avg_utts/s": "1333.3"}}',
+     dict(throughput=1333.3, epoch=4, step=None)),
+    (MYRTLE, 'DLLL {"type": "LOG", "step": {"epoch": 5, "iter": 7}, "data": {"train_utts/s": 1200}}',
+     dict(throughput=1200.0, epoch=5, step=7)),
+    # dllogger's default tuple step format
+    (MYRTLE, "DLL 2024-01-02 10:11:12.123456 - (2,) | train_avg_throughput-audio-samples-per-sec : 1401.0 utts/s",
+     dict(throughput=1401.0, epoch=2, step=None)),
+    # lines that carry no training throughput
+    (MYRTLE, "DLL 2024-01-02 10:11:12.123456 - epoch    2 | dev_ema_loss :  88.3 | dev_ema_wer :  97.5 "
+             "| dev_ema_throughput-audio-samples-per-sec :  9000.0 | dev_ema_took :  3.2", None),
+    (MYRTLE, "DLL 2024-01-02 10:11:00.000001 - PARAMETER | global_batch_size : 1024 ", None),
+    (MYRTLE, "DLL 2024-01-02 10:11:05.000001 - epoch    1 | iter    1/10 | train_throughput-audio-secs-per-sec :  1.5",
+     None),
+    (MYRTLE, 'DLLL {"timestamp": "1704190272.1", "type": "METADATA", "metric": "train_avg_took", '
+             '"metadata": {"unit": "s", "format": ":.2f"}}', None),
+    (MYRTLE, 'DLLL {"type": "LOG", "step": "PARAMETER", "data": {"num_gpus": 8}}', None),
+    (MYRTLE, 'DLLL {"type": "LOG", "step": [2], "data": {"train_avg_throughput-audio-samples-per-sec": NaN}}', None),
+    (MYRTLE, "DLLL {not json", None),
+    (MYRTLE, "  Decoded:   the cat sat on the mat", None),
+    # regex: a tqdm postfix, and per-step lines with step and step time
+    (TQDM_RE, "Epoch 1:  40%|####      | 4/10 [00:02<00:03,  1.95it/s, loss=3.2, samples/s=1398.2]",
+     dict(throughput=1398.2, step=None, step_time_s=None)),
+    (STEP_RE, "2024-01-02 10:11:12 INFO train: step 20/100 loss 3.10 731.5 ms/step 1,399.8 samples/s",
+     dict(throughput=1399.8, step=20, step_time_s=pytest.approx(0.7315))),
+    (STEP_RE, "2024-01-02 10:11:12 INFO eval: wer 12.1", None),
+    ({"type": "regex", "pattern": r"'train_samples_per_second': (?P<throughput>[\d.]+)"},
+     "{'train_runtime': 12.3, 'train_samples_per_second': 1400.5, 'train_steps_per_second': 1.37}",
+     dict(throughput=1400.5)),
+    # jsonl: nested key, prefixed record, numeric string, missing key, non-JSON
+    (JSONL, '{"step": 20, "metrics": {"samples_per_sec": 1400.5, "step_time": 0.731}}',
+     dict(throughput=1400.5, step=20, step_time_s=0.731)),
+    (JSONL, '2024-01-02 10:11:12 INFO {"step": 21, "metrics": {"samples_per_sec": "1399.5"}} trailing',
+     dict(throughput=1399.5, step=21, step_time_s=None)),
+    (JSONL, '{"step": 22, "metrics": {"loss": 3.1}}', None),
+    (JSONL, '{"step": 23, "metrics": {"samples_per_sec": true}}', None),
+    (JSONL, "step 24 samples_per_sec 1400", None),
+    ({"type": "jsonl", "key": "perf.samples_per_sec"}, '{"perf.samples_per_sec": 1234.5}', dict(throughput=1234.5)),
+    ({"type": "jsonl", "key": "ranks.0.tput"}, '{"ranks": [{"tput": 700.0}, {"tput": 690.0}]}', dict(throughput=700.0)),
+]
+
+
+def parse_all(spec: dict, data: bytes, chunks: list[int] | None = None) -> list[Measurement]:
+    parser = make_parser(spec)
+    out: list[Measurement] = []
+    if chunks is None:
+        out += parser.feed(data)
+    else:
+        pos = 0
+        for size in chunks:
+            out += parser.feed(data[pos : pos + size])
+            pos += size
+        out += parser.feed(data[pos:])
+    return out + parser.close()
+
+
+@pytest.mark.parametrize("spec,line,expected", LINES)
+def test_line_table(spec: dict, line: str, expected: dict | None) -> None:
+    found = parse_all(spec, line.encode() + b"\n")
+    if expected is None:
+        assert found == []
+        return
+    assert len(found) == 1
+    m = found[0]
+    assert m.line == 1
+    for name, value in expected.items():
+        assert getattr(m, name) == value, name
+
+
+@pytest.mark.parametrize("spec,line,expected", [row for row in LINES if row[2] is not None][:6])
+def test_truncated_last_line_is_parsed_on_close(spec: dict, line: str, expected: dict) -> None:
+    parser = make_parser(spec)
+    assert parser.feed(line.encode()) == []  # no line break yet: it may still grow
+    (m,) = parser.close()
+    assert m.throughput == expected["throughput"]
+
+
+def test_empty_spec_means_myrtle() -> None:
+    assert type(make_parser({})).__name__ == "MyrtleParser"
+    assert type(make_parser(None)).__name__ == "MyrtleParser"
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ({"type": "csv"}, "parser.type='csv' is not supported; valid types: jsonl, myrtle, regex"),
+        ({"pattern": "x"}, "parser: 'type' is missing; valid types: jsonl, myrtle, regex"),
+        ({"type": "regex"}, "parser.type='regex' needs pattern"),
+        ({"type": "regex", "pattern": r"(?P<tput>\d+)"}, "has no named group 'throughput'"),
+        ({"type": "regex", "pattern": r"(?P<throughput>\d+"}, "does not compile: missing ), unterminated subpattern"),
+        ({"type": "regex", "pattern": r"(?P<throughput>\d+)", "step_time_unit": "min"}, "step_time_unit='min'"),
+        ({"type": "regex", "patern": "x"}, "unknown key(s) patern for type 'regex'; valid keys: pattern"),
+        ({"type": "myrtle", "key": "x"}, "unknown key(s) key for type 'myrtle'; valid keys: none"),
+        ({"type": "jsonl", "key": "metrics..tput"}, "parser.key must be a dotted key path"),
+        ("myrtle", "parser: expected a mapping"),
+    ],
+)
+def test_make_parser_errors_are_one_line(spec: object, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        make_parser(spec)  # type: ignore[arg-type]
+    text = str(info.value)
+    assert message in text
+    assert "\n" not in text
+
+
+# A realistic log mixing every format, progress bars, CRLF, ranks and junk.
+SAMPLE_LOG = b"".join(
+    [
+        b"Done with training setup\n",
+        b"Epoch 1:  10%|#         | 1/10 [00:01<00:09, samples/s=900.1]\r",
+        b"Epoch 1:  20%|##        | 2/10 [00:02<00:08, samples/s=1100.4]\r",
+        b"Epoch 1: 100%|##########| 10/10 [00:07<00:00, samples/s=1390.0]\n",
+        b"DLL 2024-01-02 10:11:05.000001 - epoch    1 | iter   10/10 | step   10 | "
+        b"train_throughput-audio-samples-per-sec :  1391.74 | train_took :  0.7357\r\n",
+        b"DLL 2024-01-02 10:11:12.123456 - epoch    1 | train_avg_throughput-audio-samples-per-sec :  1200.5 "
+        b"| train_avg_took :  14.1\n",
+        b"\xff\xfe garbage \xc3\x28 bytes\n",
+        b"[rank0]:DLLL {\"type\": \"LOG\", \"step\": [2], \"data\": "
+        b"{\"train_avg_throughput-audio-samples-per-sec\": 1400.12, \"train_avg_took\": 12.34}}\n",
+        b"1: {\"step\": 20, \"metrics\": {\"samples_per_sec\": 1400.5, \"step_time\": 0.731}}\n",
+        b"caf\xc3\xa9 \xe2\x9c\x93 step 21/100 loss 3.1 730.0 ms/step 1401.0 samples/s\n",
+        b"\x1b[32mDLL 2024-01-02 10:12:00.000001 - epoch    3 | avg train utts/s  1410 | took 12.1 s\x1b[0m\n",
+        b"DLL 2024-01-02 10:12:30.000001 - epoch    4 | avg train utts/s  14",  # cut off mid-line
+    ]
+)
+SPECS = [MYRTLE, TQDM_RE, STEP_RE, JSONL]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s["type"] + ("-" + s["pattern"][:8] if "pattern" in s else ""))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(min_value=0, max_value=40), max_size=80))
+def test_chunk_boundaries_do_not_matter(spec: dict, cuts: list[int]) -> None:
+    assert parse_all(spec, SAMPLE_LOG, cuts) == parse_all(spec, SAMPLE_LOG)
+
+
+@pytest.mark.parametrize("spec", [MYRTLE, TQDM_RE], ids=["myrtle", "regex"])
+def test_every_single_cut_point_gives_the_same_result(spec: dict) -> None:
+    whole = parse_all(spec, SAMPLE_LOG)
+    for cut in range(len(SAMPLE_LOG) + 1):
+        assert parse_all(spec, SAMPLE_LOG, [cut]) == whole, cut
+
+
+def test_sample_log_readings() -> None:
+    myrtle = parse_all(MYRTLE, SAMPLE_LOG)
+    assert [(m.throughput, m.epoch, m.step, m.rank) for m in myrtle] == [
+        (1391.74, 1, 10, None),
+        (1200.5, 1, None, None),
+        (1400.12, 2, None, 0),
+        (1410.0, 3, None, None),
+        (14.0, 4, None, None),  # the truncated last line, read as printed
+    ]
+    # each carriage-return redraw of the progress bar is a line of its own
+    assert [m.throughput for m in parse_all(TQDM_RE, SAMPLE_LOG)] == [900.1, 1100.4, 1390.0]
+    assert [m.line for m in parse_all(TQDM_RE, SAMPLE_LOG)] == [2, 3, 4]
+    (jl,) = parse_all(JSONL, SAMPLE_LOG)
+    assert (jl.throughput, jl.step, jl.rank, jl.line) == (1400.5, 20, 1, 9)
+    (rx,) = parse_all(STEP_RE, SAMPLE_LOG)
+    assert (rx.throughput, rx.step, rx.step_time_s) == (1401.0, 21, pytest.approx(0.73))
+
+
+@pytest.mark.parametrize(
+    "prefix,rank",
+    [
+        ("[rank3]:", 3), ("[rank3]: ", 3), ("[default3]:", 3),  # torchrun
+        ("3: ", 3), ("  3: ", 3),  # srun --label
+        ("[1,3]<stdout>:", 3),  # mpirun --tag-output
+        ("", None),
+    ],
+)
+def test_rank_prefixes(prefix: str, rank: int | None) -> None:
+    line = prefix + "DLL 2024-01-02 10:11:12.1 - epoch    2 | train_avg_throughput-audio-samples-per-sec :  1400.12"
+    (m,) = parse_all(MYRTLE, line.encode() + b"\n")
+    assert (m.throughput, m.rank) == (1400.12, rank)
+    anchored = {"type": "regex", "pattern": r"^tput=(?P<throughput>\d+)"}
+    (m,) = parse_all(anchored, (prefix + "tput=700\n").encode())
+    assert (m.throughput, m.rank) == (700.0, rank)
+
+
+def test_interleaved_ranks_keep_their_lines() -> None:
+    log = b"".join(
+        f"[rank{r}]: step {s}/100 loss 3.0 {700 + r}.0 ms/step {1400 - r}.0 samples/s\n".encode()
+        for s in (1, 2)
+        for r in (0, 1)
+    )
+    found = parse_all(STEP_RE, log)
+    assert [(m.rank, m.step, m.throughput) for m in found] == [
+        (0, 1, 1400.0), (1, 1, 1399.0), (0, 2, 1400.0), (1, 2, 1399.0)
+    ]
+
+
+def test_non_utf8_and_split_multibyte_characters() -> None:
+    line = "naïve ✓ samples/s=1234.5\n".encode()
+    parser = make_parser(TQDM_RE)
+    found = [m for i in range(len(line)) for m in parser.feed(line[i : i + 1])]  # one byte at a time
+    assert [m.throughput for m in found] == [1234.5]
+    latin1 = "café samples/s=99.5\n".encode("latin-1")
+    assert [m.throughput for m in parse_all(TQDM_RE, latin1)] == [99.5]
+
+
+@pytest.mark.parametrize("spec", SPECS + [{"type": "jsonl", "key": "a"}], ids=lambda s: s["type"])
+@settings(max_examples=150, deadline=None)
+@given(data=st.binary(max_size=600), cuts=st.lists(st.integers(0, 64), max_size=20))
+def test_fuzz_random_bytes_never_raise(spec: dict, data: bytes, cuts: list[int]) -> None:
+    found = parse_all(spec, data, cuts)
+    assert isinstance(found, list)
+    assert all(isinstance(m, Measurement) and m.throughput >= 0 for m in found)
+
+
+_FRAGMENTS = [
+    s.encode()
+    for s in (
+        "DLL ", "DLLL ", " - ", "epoch ", "iter ", " | ", " : ", "{", "}", '"data"', '"step"', "[", "]",
+        "samples/s=", "train_avg_throughput-audio-samples-per-sec", "1400.5", "9" * 30,
+        "\r", "\n", "\r\n", "[rank1]:", "0: ", "\xff", "\x1b[0m",
+    )
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s["type"])
+@settings(max_examples=150, deadline=None)
+@given(pieces=st.lists(st.sampled_from(_FRAGMENTS + [b"\xff\xfe", b"\xc3"]), max_size=40),
+       cut=st.integers(0, 400))
+def test_fuzz_near_miss_and_truncated_input(spec: dict, pieces: list[bytes], cut: int) -> None:
+    data = b"".join(pieces)
+    for variant in (data, data[:cut]):  # whole, and cut off anywhere
+        found = parse_all(spec, variant)
+        assert all(isinstance(m, Measurement) for m in found)
+    assert parse_all(spec, data, [cut]) == parse_all(spec, data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.lists(st.sampled_from([b"a", b"bb", b"\r", b"\n", b"\r\n", b"x" * 20]), max_size=30).map(b"".join),
+       cuts=st.lists(st.integers(0, 25), max_size=15))
+def test_splitter_is_chunking_independent_even_for_overlong_lines(data: bytes, cuts: list[int]) -> None:
+    def split(chunks: list[bytes]) -> list[bytes]:
+        splitter = LineSplitter(max_line_bytes=8)
+        return [line for c in chunks for line in splitter.feed(c)] + splitter.close()
+
+    pieces, pos = [], 0
+    for size in cuts:
+        pieces.append(data[pos : pos + size])
+        pos += size
+    pieces.append(data[pos:])
+    whole = split([data])
+    assert split(pieces) == whole
+    assert all(len(line) <= 8 for line in whole)
+    assert len(whole) == len(data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")) - (
+        data.endswith((b"\n", b"\r")) or not data
+    )
+
+
+def test_feed_rejects_text() -> None:
+    with pytest.raises(TypeError, match="takes bytes"):
+        make_parser(MYRTLE).feed("DLL ...")  # type: ignore[arg-type]
+
+
+def _write_big_log(path: Path, size: int) -> None:
+    """A log of `size` bytes of progress-bar noise between two epoch lines; the last one unterminated."""
+    noise = (
+        b"[rank0]: Epoch 1:  40%|####      | 4/10 [00:02<00:03,  1.95it/s, loss=3.2]\r" * 12
+        + b"2024-01-02 10:11:12 INFO   Decoded:   the cat sat on the mat and then it sat on the hat again\n"
+    )
+    block = noise * ((1 << 20) // len(noise))
+    with open(path, "wb") as f:
+        f.write(b"DLL 2024-01-02 10:11:12.123456 - epoch    1 | avg train utts/s   729 | took 52.10 s\n")
+        while f.tell() < size:
+            f.write(block)
+        f.write(b"DLL 2024-01-02 10:12:04.654321 - epoch    2 | avg train utts/s  1400 | took 12.34 s")
+
+
+def test_large_log_is_streamed_to_the_last_measurement(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    _write_big_log(path, 50 << 20)
+    parser = make_parser(MYRTLE)
+    t0 = time.perf_counter()
+    found = scan_file(path, parser, chunk_size=1 << 20)
+    elapsed = time.perf_counter() - t0
+    assert [(m.epoch, m.throughput) for m in found] == [(1, 729.0), (2, 1400.0)]
+    assert found[-1].line == parser.lines_seen > 650_000
+    assert elapsed < 10
+
+
+def test_scanning_memory_does_not_grow_with_the_log(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    _write_big_log(path, 8 << 20)
+    tracemalloc.start()  # slows allocation down ~10x, hence the smaller log
+    try:
+        found = scan_file(path, make_parser(MYRTLE), chunk_size=256 << 10)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert found[-1].throughput == 1400.0
+    assert peak < 4 << 20, f"peak {peak / 2**20:.1f} MiB while scanning an 8 MiB log"
+
+
+def test_read_tail_reads_only_the_end(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    path.write_bytes(b"x" * 10_000 + b"\nfirst whole line\nTraceback (most recent call last):\n")
+    assert read_tail(path, max_bytes=60) == "first whole line\nTraceback (most recent call last):\n"
+    assert read_tail(path, max_bytes=10**6).startswith("xxx")
+    assert read_tail(tmp_path / "missing") == ""
+
+
+# --- LogTail -------------------------------------------------------------------------------
+
+
+def test_logtail_before_the_file_exists_and_while_it_grows(tmp_path: Path) -> None:
+    path = tmp_path / "trial.log"
+    tail = LogTail(path, chunk_size=8)
+    assert tail.read_new() == b""
+    path.write_bytes(b"hello ")
+    assert tail.read_new() == b"hello "
+    assert tail.read_new() == b""
+    with open(path, "ab") as f:
+        f.write(b"world, a longer line\n")
+    got = b""
+    while chunk := tail.read_new():
+        assert len(chunk) <= 8
+        got += chunk
+    assert got == b"world, a longer line\n"
+    assert tail.restarts == 0
+    tail.close()
+
+
+def test_logtail_restarts_after_truncation(tmp_path: Path) -> None:
+    path = tmp_path / "trial.log"
+    path.write_bytes(b"first run, quite long\n")
+    with LogTail(path) as tail:
+        assert tail.read_new() == b"first run, quite long\n"
+        path.write_bytes(b"second\n")  # reopened with "w": same file, now shorter
+        assert tail.read_new() == b"second\n"
+        assert tail.restarts == 1
+
+
+def test_logtail_drains_a_rotated_file_then_follows_the_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "trial.log"
+    path.write_bytes(b"old 1\n")
+    tail = LogTail(path)
+    assert tail.read_new() == b"old 1\n"
+    with open(path, "ab") as f:
+        f.write(b"old 2\n")
+    os.rename(path, tmp_path / "trial.log.1")
+    assert tail.read_new() == b"old 2\n"  # written before the rotation: not lost
+    assert tail.read_new() == b""  # the new file does not exist yet
+    path.write_bytes(b"new 1\n")
+    assert tail.read_new() == b"new 1\n"
+    assert tail.restarts == 1
+    tail.close()
+
+
+def test_logtail_feeds_a_parser_across_partial_writes(tmp_path: Path) -> None:
+    path = tmp_path / "trial.log"
+    tail, parser = LogTail(path, chunk_size=16), make_parser(MYRTLE)
+    line = b"DLL 2024-01-02 10:11:12.123456 - epoch    2 | train_avg_throughput-audio-samples-per-sec :  1400.12\n"
+    found: list[Measurement] = []
+    for i in range(0, len(line), 37):  # the writer flushes at arbitrary points
+        with open(path, "ab") as f:
+            f.write(line[i : i + 37])
+        while chunk := tail.read_new():
+            found += parser.feed(chunk)
+    assert [m.throughput for m in found] == [1400.12]
+    tail.close()
+
+
+# --- choosing the figure ------------------------------------------------------------------
+
+
+def test_select_prefers_the_second_epoch_average() -> None:
+    ms = [
+        Measurement(1391.0, epoch=1, step=10, line=1),
+        Measurement(1200.0, epoch=1, line=2),
+        Measurement(1405.0, epoch=2, step=20, line=3),
+        Measurement(1400.0, epoch=2, line=4),
+        Measurement(1380.0, epoch=3, line=5),
+    ]
+    sel = select_measurement(ms)
+    assert sel is not None and sel.measurement.line == 4 and sel.after_warmup and sel.throughput == 1400.0
+    assert "epoch 2 average" in sel.note and "\n" not in sel.note
+
+
+def test_select_falls_back_to_the_last_figure_and_says_so() -> None:
+    sel = select_measurement([Measurement(1200.0, epoch=1, line=7)])
+    assert sel is not None and sel.measurement.line == 7 and not sel.after_warmup
+    assert "includes warm-up" in sel.note
+    sel = select_measurement([Measurement(100.0, step=1, line=1), Measurement(140.0, step=2, line=2)])
+    assert sel is not None and sel.measurement.throughput == 140.0 and "no epochs" in sel.note
+    assert select_measurement([]) is None
+
+
+def test_select_counts_epochs_as_they_appear() -> None:
+    resumed = [Measurement(900.0, epoch=5, line=1), Measurement(1400.0, epoch=6, line=2)]
+    sel = select_measurement(resumed)
+    assert sel is not None and sel.measurement.epoch == 6
+    steps_only = [Measurement(1000.0, epoch=1, step=1), Measurement(1390.0, epoch=2, step=11),
+                  Measurement(1395.0, epoch=2, step=12)]
+    sel = select_measurement(steps_only)
+    assert sel is not None and sel.measurement.step == 12 and "last step" in sel.note
+    assert select_measurement(resumed, skip_first_epochs=0).measurement.epoch == 5  # type: ignore[union-attr]

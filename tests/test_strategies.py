@@ -1,0 +1,338 @@
+"""Search strategies on synthetic landscapes with known truth (tests/landscapes.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from landscapes import LANDSCAPES, ContractError, Landscape, random_landscape, run_sweep
+
+from sweep.results import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER, TrialResult
+from sweep.space import enumerate_candidates, make_candidate
+from sweep.strategies import (
+    STRATEGIES,
+    Proposal,
+    fit_implied,
+    leader_key,
+    make_strategy,
+    no_faster_than,
+    oom_implied,
+    rank_order,
+    scaling_report,
+)
+
+GBS, DEVICES = 1024, 8  # the named landscapes: per-device batch 1..128
+
+
+def cand(accum: int, split: int):
+    return make_candidate(accum, split, GBS, DEVICES)
+
+
+def result(accum: int, split: int, status: str = OK, phase: str | None = None, thr: float | None = None):
+    c = cand(accum, split)
+    if status == OK and thr is None:
+        thr = 100.0
+    return TrialResult(
+        accum, split, c.per_device_batch, c.joint_batch, GBS, DEVICES, status, oom_phase=phase, throughput=thr
+    )
+
+
+def leader_ratio(land: Landscape, results: dict[str, TrialResult]) -> float:
+    """True throughput of the sweep's leader over the true best's (0 with no leader)."""
+    key = leader_key(results)
+    if key is None:
+        return 0.0
+    c = next(c for c in land.valid() if c.key == key)
+    return land.true_throughput(c) / land.true_throughput(land.best())  # type: ignore[arg-type]
+
+
+# --- the factory ----------------------------------------------------------------------------
+
+
+def test_unknown_name_lists_valid_names():
+    with pytest.raises(ValueError, match="grid, powers, staircase"):
+        make_strategy("bayes", enumerate_candidates(GBS, DEVICES))
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_max_trials_must_be_positive_int(bad):
+    with pytest.raises(ValueError, match="max_trials"):
+        make_strategy("grid", enumerate_candidates(GBS, DEVICES), max_trials=bad)
+
+
+def test_invalid_candidates_are_never_proposed():
+    cands = enumerate_candidates(24, 1, accum_values=[1, 5], split_values=[1, 7])
+    assert any(not c.valid for c in cands)
+    for name in STRATEGIES:
+        prop = make_strategy(name, cands).propose({}, ())
+        assert prop.candidates and all(c.valid for c in prop.candidates)
+
+
+# --- memory and throughput rules ------------------------------------------------------------
+
+# (OOM'd pair, its phase, other pair, implied?) with p = 128 / accum, j = p / split.
+OOM_TABLE = [
+    ((2, 2), PHASE_ENCODER, (1, 2), True),  # bigger p, same split
+    ((2, 2), PHASE_ENCODER, (2, 4), True),  # same p, bigger split (more overhead)
+    ((2, 2), PHASE_ENCODER, (1, 1), False),  # bigger p but no split overhead
+    ((2, 2), PHASE_ENCODER, (4, 2), False),  # smaller p
+    ((4, 1), PHASE_JOINT, (2, 2), True),  # same j, bigger p and split
+    ((4, 1), PHASE_JOINT, (2, 1), True),  # the step-2 column: smaller accum
+    ((4, 1), PHASE_JOINT, (4, 2), False),  # same p, half the joint batch
+    ((2, 4), PHASE_JOINT, (8, 1), False),  # same j but much smaller p: less held encoder memory
+    ((2, 4), PHASE_JOINT, (1, 8), True),
+    ((2, 4), PHASE_OPTIMIZER, (1, 8), True),  # unknown phase: treated like joint (all three grow)
+    ((2, 4), PHASE_OPTIMIZER, (2, 8), False),
+]
+
+
+@pytest.mark.parametrize("oomed, phase, other, implied", OOM_TABLE)
+def test_oom_implication(oomed, phase, other, implied):
+    assert oom_implied(cand(*other), [result(*oomed, status=OOM, phase=phase)]) is implied
+
+
+@pytest.mark.parametrize("status", [FAILED, "timeout", "cancelled"])
+def test_failures_imply_nothing(status):
+    assert not oom_implied(cand(1, 1), [result(8, 1, status=status)])
+    assert not fit_implied(cand(16, 1), [result(8, 1, status=status)])
+
+
+@pytest.mark.parametrize(
+    "ran, other, fits",
+    [
+        ((4, 2), (8, 1), True),  # smaller p, same j, no split overhead
+        ((4, 2), (8, 2), True),  # smaller p and j, same split
+        ((4, 2), (4, 4), False),  # smaller j, but the bigger split may cost more
+        ((4, 2), (2, 4), False),  # bigger p
+        ((4, 2), (4, 1), False),  # bigger j
+    ],
+)
+def test_fit_implication(ran, other, fits):
+    assert fit_implied(cand(*other), [result(*ran)]) is fits
+
+
+@pytest.mark.parametrize(
+    "c, other, slower",
+    [
+        ((4, 4), (4, 2), True),  # same batch, more chunks
+        ((8, 2), (4, 2), True),  # half the batch, same split
+        ((8, 1), (4, 2), False),  # same joint batch, but drops the split overhead
+        ((8, 4), (4, 2), True),
+        ((2, 8), (4, 2), False),  # bigger batch
+    ],
+)
+def test_throughput_ordering(c, other, slower):
+    assert no_faster_than(cand(*c), cand(*other)) is slower
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_rules_are_sound_on_random_landscapes(seed):
+    """What the rules infer from some trials agrees with the landscape's own formulas."""
+    rng = random.Random(seed)
+    land = random_landscape(rng).with_(pressure=0.0)
+    valid = land.valid()
+    ran = [land.trial(c, rng) for c in rng.sample(valid, min(len(valid), 6))]
+    for c in valid:
+        if oom_implied(c, ran):
+            assert not land.feasible(c)
+        if fit_implied(c, ran):
+            assert land.feasible(c)
+        for m in valid:
+            if no_faster_than(c, m):
+                assert land.true_throughput(c) <= land.true_throughput(m) * (1 + 1e-12)
+
+
+def test_rank_order_and_leader():
+    res = {r.key: r for r in [result(8, 1, thr=50.0), result(4, 2, thr=70.0), result(2, 2, OOM, PHASE_JOINT)]}
+    res["accum4_split4"] = result(4, 4, thr=70.0)
+    res["accum16_split1"] = result(16, 1, thr=70.0)
+    # Ties go to less accumulation, then the smaller split, as in the sweep table.
+    assert rank_order(res) == ["accum4_split2", "accum4_split4", "accum16_split1", "accum8_split1"]
+    assert leader_key(res) == "accum4_split2"
+    assert leader_key({}) is None
+
+
+# --- the named landscapes are what they claim -----------------------------------------------
+
+
+def test_landscape_shapes():
+    best = {name: land.best() for name, land in LANDSCAPES.items()}
+    assert best["split1_best"].split == 1  # type: ignore[union-attr]
+    assert best["typical"].split > 1  # type: ignore[union-attr]
+    assert LANDSCAPES["special_case"].outcome(cand(8, 2)) == (OOM, PHASE_ENCODER)  # first stair from accum 16
+    assert LANDSCAPES["special_case"].feasible(cand(16, 1))
+    row = [c for c in LANDSCAPES["accum1_joint_oom"].valid() if c.accum == 1]
+    assert all(LANDSCAPES["accum1_joint_oom"].outcome(c) == (OOM, PHASE_JOINT) for c in row)
+    assert [c.key for c in LANDSCAPES["one_fits"].ranking()] == ["accum128_split1"]
+    assert best["nothing_fits"] is None
+    press = LANDSCAPES["pressure"]
+    assert press.true_throughput(cand(4, 4)) > press.true_throughput(cand(4, 2))  # breaks the ordering
+
+
+# --- staircase ------------------------------------------------------------------------------
+
+FINDS_BEST = [name for name in LANDSCAPES if name != "nothing_fits"]
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 3])
+@pytest.mark.parametrize("name", FINDS_BEST)
+def test_staircase_finds_the_best_with_far_fewer_trials(name, max_in_flight):
+    land = LANDSCAPES[name]
+    stair = run_sweep(make_strategy("staircase", land.candidates()), land, max_in_flight, seed=7)
+    grid = run_sweep(make_strategy("grid", land.candidates()), land, max_in_flight, seed=7)
+    assert len(grid) == len(land.valid()) == 35
+    assert land.best().key in stair  # type: ignore[union-attr]
+    # The leader is the best or lost to it by noise: 8 steps at 3% scatter resolve ~4%, not 3%.
+    assert leader_ratio(land, stair) >= 0.96
+    assert len(stair) <= 12 < len(grid) / 2
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 3])
+def test_staircase_when_nothing_fits(max_in_flight):
+    land = LANDSCAPES["nothing_fits"]
+    res = run_sweep(make_strategy("staircase", land.candidates()), land, max_in_flight)
+    assert leader_key(res) is None
+    # Bisection down the split-1 column; the OOM at per-device batch 1 rules out everything.
+    assert len(res) <= 3 + max_in_flight
+
+
+def test_staircase_follows_the_seed_procedure():
+    land = LANDSCAPES["typical"]
+    res = run_sweep(make_strategy("staircase", land.candidates()), land, 1, seed=1)
+    assert list(res) == [
+        # step 2: bisect the split-1 column; accum 8 is the smallest that fits
+        "accum8_split1", "accum2_split1", "accum4_split1",
+        # step 3: constant product; a joint OOM is retried with the split doubled
+        "accum4_split2", "accum2_split4", "accum2_split8", "accum1_split16", "accum1_split32", "accum1_split64",
+    ]  # fmt: skip
+    assert res["accum2_split4"].oom_phase == PHASE_JOINT
+    assert leader_key(res) == "accum2_split8" == land.best().key  # type: ignore[union-attr]
+
+
+def test_staircase_special_case_keeps_the_faster_step2_pair():
+    """Step 3 OOMs at once (split overhead in the encoder): step 2's split=1 pair wins."""
+    land = LANDSCAPES["special_case"]
+    res = run_sweep(make_strategy("staircase", land.candidates()), land, 1)
+    assert res["accum8_split2"].status == OOM and res["accum8_split2"].oom_phase == PHASE_ENCODER
+    assert leader_key(res) == "accum16_split1" == land.best().key  # type: ignore[union-attr]
+    assert len(res) <= 5
+
+
+def test_staircase_survives_failures():
+    land = LANDSCAPES["typical"]
+    split1 = frozenset(c.key for c in land.valid() if c.split == 1)
+    for fails in [frozenset({"accum4_split2"}), split1]:
+        broken = land.with_(fails=fails)
+        res = run_sweep(make_strategy("staircase", broken.candidates()), broken, 1)
+        assert leader_key(res) == land.best().key  # type: ignore[union-attr]
+
+
+def test_staircase_is_stateless_so_resume_and_reorder_are_safe():
+    land = LANDSCAPES["stair_joint_oom"]
+    res = run_sweep(make_strategy("staircase", land.candidates()), land, 1, seed=3)
+    keys = list(res)
+    for k in range(len(keys)):
+        fresh = make_strategy("staircase", land.candidates())
+        prop = fresh.propose({key: res[key] for key in keys[:k]}, ())
+        assert prop.candidates[0].key == keys[k]
+    assert make_strategy("staircase", land.candidates()).propose(res, ()) == Proposal([], done=True)
+
+
+def test_waits_rather_than_guessing_while_the_step2_answer_is_in_flight():
+    land = LANDSCAPES["typical"]
+    strat = make_strategy("staircase", land.candidates())
+    first = strat.propose({}, ())
+    assert first.candidates[0].key == "accum8_split1"
+    # With every unknown split-1 pair in flight there is nothing useful to add.
+    column = [c.key for c in land.valid() if c.split == 1]
+    assert strat.propose({}, column) == Proposal([], done=False)
+
+
+@pytest.mark.parametrize("name", ["grid", "staircase", "powers"])
+@pytest.mark.parametrize("budget", [1, 3, 6])
+def test_max_trials_is_a_hard_cap(name, budget):
+    land = LANDSCAPES["typical"]
+    res = run_sweep(make_strategy(name, land.candidates(), max_trials=budget), land, max_in_flight=2)
+    assert len(res) == budget
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 100_000),
+    name=st.sampled_from(sorted(STRATEGIES)),
+    max_in_flight=st.integers(1, 4),
+    budget=st.one_of(st.none(), st.integers(1, 12)),
+)
+def test_contract_on_random_landscapes(seed, name, max_in_flight, budget):
+    """Never a finished/in-flight/invalid proposal, never a stall, never over budget,
+    and staircase/powers never launch a pair whose OOM was already implied."""
+    land = random_landscape(random.Random(seed))
+    inner = make_strategy(name, land.candidates(), max_trials=budget)
+
+    class Checked:
+        def __init__(self) -> None:
+            self.name = inner.name
+
+        def propose(self, finished, in_flight):
+            prop = inner.propose(finished, in_flight)
+            if name != "grid":
+                implied = [c.key for c in prop.candidates if oom_implied(c, finished.values())]
+                if implied:
+                    raise ContractError(f"proposed OOM-implied {implied}")
+            return prop
+
+    res = run_sweep(Checked(), land, max_in_flight, seed)  # run_sweep checks the rest of the contract
+    assert budget is None or len(res) <= budget
+    if name == "grid" and budget is None:
+        assert len(res) == len(land.valid())
+
+
+# --- grid and powers ------------------------------------------------------------------------
+
+
+def test_grid_order_is_accum_then_split():
+    keys = [c.key for c in make_strategy("grid", enumerate_candidates(64, 8)).propose({}, ()).candidates]
+    assert keys[:5] == ["accum1_split1", "accum1_split2", "accum1_split4", "accum1_split8", "accum2_split1"]
+
+
+def test_powers_doubles_the_batch_and_splits_past_joint_ooms():
+    land = LANDSCAPES["typical"]
+    res = run_sweep(make_strategy("powers", land.candidates()), land, 1)
+    keys = list(res)
+    assert keys[:5] == ["accum128_split1", "accum64_split1", "accum32_split1", "accum16_split1", "accum8_split1"]
+    assert res["accum4_split1"].oom_phase == PHASE_JOINT and keys[keys.index("accum4_split1") + 1] == "accum4_split2"
+    assert leader_key(res) == land.best().key  # type: ignore[union-attr]
+    report = scaling_report(res)
+    assert [r["per_device_batch_from"] for r in report] == [1, 2, 4, 8, 16, 32, 64]
+    assert not report[0]["flag"] and report[0]["throughput_ratio"] > 1.8  # unsaturated: nearly doubles
+
+
+def test_scaling_report_flags_poor_scaling():
+    runs = [
+        result(16, 1, thr=100.0),  # p=8
+        result(8, 1, thr=195.0),  # p=16: x1.95, fine
+        result(4, 1, thr=150.0),  # p=32, slower split-1 pair ...
+        result(4, 2, thr=230.0),  # ... the faster one counts: x1.18, flagged
+        result(2, 2, thr=220.0),  # p=64: fell
+        result(1, 4, OOM, PHASE_ENCODER),
+    ]
+    report = scaling_report({r.key: r for r in runs})
+    assert [(r["from_key"], r["to_key"]) for r in report] == [
+        ("accum16_split1", "accum8_split1"),
+        ("accum8_split1", "accum4_split2"),
+        ("accum4_split2", "accum2_split2"),
+    ]
+    assert [r["flag"] for r in report] == [False, True, True]
+    assert report[1]["throughput_ratio"] == pytest.approx(230 / 195)
+    assert "fell" in report[2]["note"]
+    assert scaling_report([]) == []
+
+
+def test_scaling_threshold_scales_with_the_batch_ratio():
+    # A 4x jump must give 1.5**2 = 2.25x: 2.4x passes, 2.0x is flagged.
+    ok = scaling_report([result(16, 1, thr=100.0), result(4, 1, thr=240.0)])
+    bad = scaling_report([result(16, 1, thr=100.0), result(4, 1, thr=200.0)])
+    assert not ok[0]["flag"] and bad[0]["flag"]
