@@ -281,6 +281,13 @@ class RNNTWorkload:
 
     # -- whole steps
 
+    def warm_up(self) -> None:
+        """One 1-sample forward/backward, no optimizer step: threads, lazily loaded
+        kernels and allocator arenas come up now, before a memory baseline is taken."""
+        self.micro_batch(1, 1, 1, step_index=0, micro_index=0)
+        self.model.zero_grad(set_to_none=True)
+        self.phase = None
+
     def train_step(self, per_device_batch: int, accum: int, split: int, step_index: int) -> None:
         """One optimizer step over the global batch. Raises DeviceOOM (the same on every rank) on OOM."""
         self._accumulate(per_device_batch, accum, split, step_index)

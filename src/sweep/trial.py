@@ -1,0 +1,182 @@
+"""Run one trial: the function a submitit job calls.
+
+One (accum, split) pair: build the RNN-T workload, cap device memory at the
+machine's budget, run warm-up then timed optimizer steps, and record the
+outcome (ok with throughput, oom with the phase, or failed) atomically in
+`<trial_dir>/result.json`. Lines printed here go to the job's log.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from sweep.config import RNNTWorkloadConfig
+from sweep.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
+from sweep.results import FAILED, OK, OOM, TrialResult, write_result
+from sweep.stats import throughput_summary
+from sweep.workloads.rnnt import RNNTWorkload
+
+GIB = 1024**3
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _process_age_s() -> Optional[float]:
+    """Seconds since this process started, so wall_s includes interpreter and torch start-up."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started_ticks = int(fields[19])  # field 22 of stat(5); the first two were split off
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_s - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")[:300]
+
+
+def _job_environment():
+    """submitit's view of this job, or None outside a submitit job."""
+    try:
+        import submitit
+
+        return submitit.JobEnvironment()
+    except RuntimeError:
+        return None
+
+
+def _init_distributed(num_devices: int, backend: str) -> tuple[int, int, int]:
+    """(rank, world_size, local_rank); starts torch.distributed when this trial has several ranks.
+
+    Inside a submitit job, one process per device (tasks_per_node), and submitit
+    says who is who; under torchrun, the usual variables do. Otherwise one process.
+    """
+    job = _job_environment()
+    if job is not None and job.num_tasks > 1:
+        if job.num_tasks != num_devices:
+            raise ValueError(
+                f"num_devices={num_devices} but this job has {job.num_tasks} tasks: "
+                "launch one task per device (tasks_per_node * nodes = num_devices)"
+            )
+        import submitit.helpers
+
+        # Keep CUDA_VISIBLE_DEVICES as the launcher set it: each rank takes cuda:local_rank of those.
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    elif int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        if num_devices > 1:
+            print(
+                f"sweep: not inside a multi-task job: running 1 process for num_devices={num_devices}; "
+                "it trains one rank's share, so throughput leaves out gradient all-reduce",
+                flush=True,
+            )
+        return 0, 1, 0
+    dist.init_process_group(backend=backend)
+    return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one (accum, split) trial as `spec` says; rank 0 writes the result record. Returns it as a dict."""
+    started_at, t_start = _now(), time.perf_counter()
+    age_at_start = _process_age_s()
+    machine, trial = spec["machine"], spec["trial"]
+    workload_cfg = RNNTWorkloadConfig(**spec["workload"])
+    accum, split = int(spec["accum"]), int(spec["split"])
+    per_device_batch, global_batch = int(spec["per_device_batch"]), int(spec["global_batch_size"])
+    num_devices = int(spec["num_devices"])
+    warmup, measure = int(trial["warmup_steps"]), int(trial["measure_steps"])
+    device_type = machine.get("device", "cpu")
+    if machine.get("cpu_threads"):
+        torch.set_num_threads(int(machine["cpu_threads"]))
+
+    rank, world_size, local_rank = _init_distributed(num_devices, "nccl" if device_type == "cuda" else "gloo")
+    device = torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    job = _job_environment()
+    result = TrialResult(
+        accum=accum,
+        split=split,
+        per_device_batch=per_device_batch,
+        joint_batch=int(spec["joint_batch"]),
+        global_batch_size=global_batch,
+        num_devices=num_devices,
+        status=FAILED,
+        warmup_steps=warmup,
+        log=str(spec.get("log", "")),
+        job_id=str(job.job_id) if job is not None else "",
+        host=socket.gethostname(),
+        device=device_type,
+        started_at=started_at,
+    )
+    say = (lambda msg: print(msg, flush=True)) if world_size == 1 else (lambda msg: print(f"[rank {rank}] {msg}", flush=True))
+    say(
+        f"sweep trial accum={accum} split={split} per_device_batch={per_device_batch} "
+        f"joint_batch={result.joint_batch} global_batch_size={global_batch} num_devices={num_devices} "
+        f"device={device} memory_gib={machine.get('memory_gib')}"
+    )
+    budget = MemoryBudget(device, machine.get("memory_gib"))
+    peak: Optional[PeakMemory] = None
+    error: Optional[BaseException] = None
+    try:
+        if device.type == "cpu":
+            configure_cpu_allocator()
+        workload = RNNTWorkload(workload_cfg, device, rank=rank, world_size=world_size)
+        workload.warm_up()
+        workload.sync()
+        peak = PeakMemory(device)
+        budget.enforce()
+        for step in range(warmup + measure):
+            workload.sync()
+            t0 = time.perf_counter()
+            workload.train_step(per_device_batch, accum, split, step_index=step)
+            workload.sync()
+            dt = time.perf_counter() - t0
+            if step >= warmup:
+                result.step_times_s.append(dt)
+            say(f"step {step + 1}/{warmup + measure}{' (warm-up)' if step < warmup else ''}: {dt:.3f} s")
+        budget.lift()
+        result.status = OK
+        result.throughput, result.throughput_low, result.throughput_high = throughput_summary(result.step_times_s, global_batch)
+    except DeviceOOM as exc:
+        budget.lift()
+        result.status, result.oom_phase, result.error = OOM, exc.phase, str(exc)
+        if exc.traceback_text:
+            print(exc.traceback_text, file=sys.stderr, flush=True)
+    except Exception as exc:  # noqa: BLE001 - recorded, then re-raised below
+        budget.lift()
+        error = exc
+        result.error = _one_line(exc)
+        if is_oom_error(exc):
+            result.error = f"out of memory before the first step (the model does not fit): {result.error}"
+    if peak is not None:
+        result.peak_mem_gib = peak.peak_bytes() / GIB
+    result.finished_at = _now()
+    elapsed = time.perf_counter() - t_start
+    result.wall_s = elapsed + (age_at_start or 0.0)
+    if result.status == OK:
+        say(
+            f"result ok: {result.throughput:.1f} samples/s (95% {result.throughput_low:.1f}-{result.throughput_high:.1f}), "
+            f"peak {result.peak_mem_gib:.3f} GiB, wall {result.wall_s:.1f} s"
+        )
+    else:
+        say(f"result {result.status}{' in phase ' + result.oom_phase if result.oom_phase else ''}: {result.error}")
+    if rank == 0:
+        write_result(result, Path(spec["trial_dir"]))
+    if world_size > 1:
+        dist.destroy_process_group()
+    if error is not None:
+        raise error
+    return result.to_dict()
