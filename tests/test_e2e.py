@@ -13,7 +13,7 @@ pytestmark = pytest.mark.e2e
 
 def test_tiny_sweep_runs_every_pair_and_ranks_them(tmp_path):
     sweep_dir = tmp_path / "outputs" / "s1"
-    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *TINY, "accum=1,2", "split=1,2,3"], cwd=tmp_path)
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *TINY, "search=grid", "accum=1,2", "split=1,2,3"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr + proc.stdout
 
     rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
@@ -43,7 +43,7 @@ def test_tiny_sweep_runs_every_pair_and_ranks_them(tmp_path):
     assert len(df) == 6 and (df["status"] == "ok").sum() == 4
 
     # Rerunning the same sweep dir reuses every finished trial and launches nothing.
-    again = run_sweep([f"hydra.sweep.dir={sweep_dir}", *TINY, "accum=1,2", "split=1,2,3"], cwd=tmp_path)
+    again = run_sweep([f"hydra.sweep.dir={sweep_dir}", *TINY, "search=grid", "accum=1,2", "split=1,2,3"], cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "reusing 4 finished trial(s)" in again.stdout
     assert "started accum=" not in again.stdout

@@ -31,6 +31,29 @@ def _task(cfg: Any) -> None:
     print(json.dumps(run_job(spec), indent=2))
 
 
+def expand_resume(argv: list[str]) -> list[str]:
+    """`resume=DIR` reruns DIR's sweep with the arguments it was started with, in the same dir.
+
+    Finished trials there are reused and trials still running are re-attached (the
+    orchestrator does that for any existing sweep dir); arguments given now are added last.
+    """
+    import json
+
+    from .plan import SweepError
+
+    given = [a for a in argv if a.startswith("resume=")]
+    if not given:
+        return argv
+    sweep_dir = Path(given[-1].split("=", 1)[1]).expanduser()
+    try:
+        stored = json.loads((sweep_dir / "sweep.json").read_text())["argv"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise SweepError(f"resume={sweep_dir} is not a sweep dir (no readable sweep.json inside): give a dir an earlier sweep printed, e.g. outputs/latest") from None
+    keep = [a for a in stored if not a.startswith(("hydra.sweep.dir=", "resume="))]
+    rest = [a for a in argv if not a.startswith("resume=")]
+    return keep + rest + [f"hydra.sweep.dir={sweep_dir.resolve()}"]
+
+
 def main() -> int:
     import hydra
 
@@ -44,6 +67,7 @@ def main() -> int:
 
     app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="sweep")(_task)
     try:
+        sys.argv[1:] = expand_resume(sys.argv[1:])
         app()
     except KeyboardInterrupt:
         print("sweep: interrupted", file=sys.stderr)

@@ -74,8 +74,9 @@ class SweepConfig:
     trial: TrialConfig = field(default_factory=TrialConfig)
     max_in_flight: int = 1  # trials running at once; CPU trials must not share cores, so 1 here
     dry_run: bool = False  # print the candidate table and exit; nothing is launched
-    resume: Optional[str] = None  # an earlier sweep dir: reuse its finished trials, run only the rest
+    resume: Optional[str] = None  # an earlier sweep dir: rerun its command there, reusing finished trials
     live: Optional[bool] = None  # live table; None: only when stdout is a terminal
+    keep_jobs_on_interrupt: bool = False  # Ctrl-C leaves this sweep's running jobs alone (resume picks them up)
 
 
 def register_configs() -> None:

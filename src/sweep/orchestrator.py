@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,10 +52,7 @@ class Interrupted(Exception):
 def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25) -> int:
     """Entry from the Hydra Sweeper: build the plan, then run it (or just show it)."""
     global exit_code
-    resume = cfg.get("resume")
-    sweep_dir = Path(str(resume) if resume else str(cfg.hydra.sweep.dir)).absolute()
-    if resume and not (sweep_dir / META_FILE).exists():
-        raise SweepError(f"resume={resume!r} is not a sweep dir (no {META_FILE} inside): give the dir an earlier sweep printed")
+    sweep_dir = Path(str(cfg.hydra.sweep.dir)).absolute()
     plan = make_plan(cfg, arguments, sweep_dir)
     if plan.dry_run:
         print(dry_run_text(plan))
@@ -255,7 +253,9 @@ class Orchestrator:
             "started_at": self._started_at(),
             "finished_at": now_iso() if state != "running" else None,
             "state": state,
-            "command": "python -m sweep " + " ".join(self.plan.overrides),
+            "command": "python -m sweep " + " ".join(sys.argv[1:]),
+            # What `resume=DIR` replays: the whole command line, hydra.* overrides included.
+            "argv": list(sys.argv[1:]),
         }
         atomic_write_text(self.plan.sweep_dir / META_FILE, json.dumps(meta, indent=2) + "\n")
 
@@ -283,17 +283,23 @@ class Orchestrator:
         return 0 if rec is not None else 1
 
     def _interrupted(self) -> int:
-        for f in self.in_flight.values():
-            f.cancelled = True
-            f.job.cancel(check=False)
-        deadline = time.monotonic() + 10
-        while self.in_flight and time.monotonic() < deadline:
-            self._collect()
-            time.sleep(0.1)
+        if self.plan.keep_jobs_on_interrupt:
+            left = ", ".join(str(f.job.job_id) for f in self.in_flight.values())
+            note = f"left running: job(s) {left}" if left else "no trial was running"
+        else:
+            # Only this sweep's own jobs: the ones it submitted and still tracks.
+            for f in self.in_flight.values():
+                f.cancelled = True
+                f.job.cancel(check=False)
+            deadline = time.monotonic() + 10
+            while self.in_flight and time.monotonic() < deadline:
+                self._collect()
+                time.sleep(0.1)
+            note = "in-flight trials cancelled"
         self._publish()
         self._write_meta("interrupted")
         print(
-            f"interrupted: in-flight trials cancelled; finished results are kept in {self.plan.sweep_dir}; "
+            f"interrupted: {note}; finished results are kept in {self.plan.sweep_dir}; "
             f"resume with: python -m sweep resume={self.plan.sweep_dir}",
             flush=True,
         )
@@ -309,7 +315,8 @@ def _landed_line(res: TrialResult) -> str:
     if res.status == OK and res.throughput:
         return f"{head} {res.throughput:.1f} samples/s [{res.throughput_low:.1f}, {res.throughput_high:.1f}], peak {res.peak_mem_gib or 0:.2f} GiB"
     phase = f" in {res.oom_phase}" if res.oom_phase else ""
-    return f"{head}{phase}: {res.error} (log {res.log})"
+    log = f" (log {res.log})" if res.log and res.log not in res.error else ""
+    return f"{head}{phase}: {res.error}{log}"
 
 
 def _point_latest(sweep_dir: Path) -> None:

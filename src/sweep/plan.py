@@ -40,7 +40,7 @@ class SweepPlan:
     launcher: dict[str, Any]  # hydra.launcher, resolved
     dry_run: bool = False
     live: bool | None = None
-    resumed: bool = False
+    keep_jobs_on_interrupt: bool = False
     overrides: list[str] = field(default_factory=list)
 
     def spec(self, cand: Candidate, trial_dir: Path) -> dict[str, Any]:
@@ -161,6 +161,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         launcher=launcher,
         dry_run=bool(cfg.dry_run),
         live=cfg.live,
+        keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
         overrides=list(arguments),
     )
 
