@@ -313,7 +313,8 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
 def _landed_line(res: TrialResult) -> str:
     head = f"accum={res.accum} split={res.split}: {res.status}"
     if res.status == OK and res.throughput:
-        return f"{head} {res.throughput:.1f} samples/s [{res.throughput_low:.1f}, {res.throughput_high:.1f}], peak {res.peak_mem_gib or 0:.2f} GiB"
+        peak = f", peak {res.peak_mem_gib:.2f} GiB" if res.peak_mem_gib is not None else ""
+        return f"{head} {res.throughput:.1f} samples/s [{res.throughput_low:.1f}, {res.throughput_high:.1f}]{peak}"
     phase = f" in {res.oom_phase}" if res.oom_phase else ""
     log = f" (log {res.log})" if res.log and res.log not in res.error else ""
     return f"{head}{phase}: {res.error}{log}"

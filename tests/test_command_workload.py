@@ -1,0 +1,100 @@
+"""workload=command end to end: real external commands through the real submitit launcher."""
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweep_run import run_sweep
+
+FAKE = Path(__file__).with_name("fake_train.py")
+pytestmark = pytest.mark.e2e
+
+
+def command_args(behaviours: str, parser: str = "myrtle", extra=()):
+    argv = f'["{sys.executable}","{FAKE}","--accum={{accum}}","--split={{split}}","--global_batch_size={{global_batch_size}}","--behaviours={behaviours}"]'
+    return ["workload=command", f"workload.argv={argv}", f"workload.parser.type={parser}", "global_batch_size=64", "search=grid", *extra]
+
+
+def rows_by_accum(sweep_dir):
+    return {int(r["accum"]): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+
+
+def test_every_outcome_is_classified_and_the_sweep_goes_on(tmp_path):
+    behaviours = "1:oom_joint,2:oom_encoder,4:oom_optimizer,8:hang,16:crash,32:silent,64:killed"
+    sweep_dir = tmp_path / "s"
+    extra = ["accum=1,2,4,8,16,32,64", "split=1", "trial.time_limit_s=8", "max_in_flight=2"]
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *command_args(behaviours, extra=extra)], cwd=tmp_path)
+    rows = rows_by_accum(sweep_dir)
+    expected = {
+        1: ("oom", "joint"),
+        2: ("oom", "encoder"),
+        4: ("oom", "optimizer"),
+        8: ("timeout", ""),
+        16: ("failed", ""),
+        32: ("failed", ""),
+        64: ("oom", ""),  # SIGKILL with no traceback: the kernel's OOM killer
+    }
+    assert {a: (r["status"], r["oom_phase"]) for a, r in rows.items()} == expected, proc.stdout
+    assert "bad shard" in rows[16]["reason"]
+    assert "printed no throughput" in rows[32]["reason"]
+    for r in rows.values():
+        assert Path(r["log"]).exists() and "\n" not in r["reason"]
+    assert proc.returncode == 1  # nothing ran ok: no recommendation
+    assert "no recommendation" in proc.stdout
+
+
+@pytest.mark.parametrize("fmt, parser", [("myrtle_old", "myrtle"), ("myrtle_new", "myrtle"), ("dlll", "myrtle"), ("jsonl", "jsonl"), ("regex", "regex")])
+def test_each_log_format_gives_the_second_epoch_throughput(tmp_path, fmt, parser):
+    parser_args = {
+        "jsonl": ["+workload.parser.key=metrics.samples_per_sec", "+workload.parser.epoch_key=epoch"],
+        "regex": [r"+workload.parser.pattern='epoch (?P<epoch>\d+) step \d+ took (?P<step_time>[0-9.]+)s -> (?P<throughput>[0-9.]+) samples/s'"],
+    }.get(fmt, [])
+    sweep_dir = tmp_path / "s"
+    extra = ["accum=1,2", "split=1,2", *parser_args]
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *command_args(f"1:{fmt},2:{fmt}", parser, extra)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    rows = [r for r in csv.DictReader((sweep_dir / "trials.csv").open())]
+    ok = {(int(r["accum"]), int(r["split"])): float(r["throughput_samples_per_s"]) for r in rows if r["status"] == "ok"}
+    # fake_train prints 1000*(1+split/10)/accum from epoch 2 on (epoch 1 is 200 lower: warm-up).
+    assert ok == pytest.approx({(a, s): 1000 * (1 + s / 10) / a for a in (1, 2) for s in (1, 2)}, rel=1e-3)
+    assert "recommended accum=1 split=2" in proc.stdout
+
+
+def test_env_placeholders_reach_the_command_and_values_cannot_inject(tmp_path):
+    sweep_dir = tmp_path / "s"
+    extra = ["accum=1", "split=1", "+workload.env.SWEEP_FAKE_ENV='pdb={per_device_batch};$(touch pwned)'"]
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *command_args("", extra=extra)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    log = Path(rows_by_accum(sweep_dir)[1]["log"]).read_text()
+    assert "env=pdb=64;$(touch pwned)" in log  # passed literally: no shell ever sees it
+    assert not list(tmp_path.rglob("pwned"))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ('workload.argv=["python","--x={nope}"]', "uses placeholder {nope}: valid placeholders are {accum}"),
+        ('workload.argv=["python","--x={accum:>5}"]', "uses placeholder {accum:>5}"),
+        ('workload.argv=["no-such-trainer-xyz"]', "workload.argv[0]='no-such-trainer-xyz' is not an executable on PATH"),
+        ("workload.argv=[]", "workload.argv is empty"),
+        ("workload.parser.type=csv", "parser.type='csv' is not supported"),
+    ],
+)
+def test_bad_command_templates_fail_in_one_line_before_launch(tmp_path, override, message):
+    proc = run_sweep([f"hydra.sweep.dir={tmp_path / 's'}", "workload=command", 'workload.argv=["python"]', override], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout
+    assert message in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "s").exists()
+
+
+def test_builtin_workload_as_a_command_with_a_real_oom(tmp_path):
+    """The shipped example sweeps/builtin_command.yaml, at test size, with a budget that the
+    biggest joint batch exceeds: the OOM phase comes from the traceback in the log."""
+    sweep_dir = tmp_path / "s"
+    tiny = '["python","-m","sweep.workloads.train","--global_batch_size={global_batch_size}","--grad_accumulation_batches={accum}","--batch_split_factor={split}","--epochs=2","--steps_per_epoch=1","--frames=16","--enc_hidden=16","--pred_hidden=16","--label_len=16","--vocab=4096","--joint_hidden=256","--memory_gib=0.25"]'
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", "+sweep=builtin_command", f"workload.argv={tiny}", "global_batch_size=64", "accum=1,16", "split=1", "search=grid"], cwd=tmp_path)
+    rows = rows_by_accum(sweep_dir)
+    assert (rows[1]["status"], rows[1]["oom_phase"]) == ("oom", "joint"), proc.stdout
+    assert rows[16]["status"] == "ok", proc.stdout
