@@ -53,6 +53,8 @@ def main():
     print(f"fake_train accum={args.accum} split={args.split} behaviour={behaviour} env={os.environ.get('SWEEP_FAKE_ENV', '')}", flush=True)
     if behaviour.startswith("oom_"):
         {"oom_encoder": encode, "oom_joint": joint_and_loss, "oom_optimizer": optimizer_step}[behaviour](args.accum)
+    if behaviour == "slow":
+        time.sleep(12)
     if behaviour == "hang":
         time.sleep(3600)
     if behaviour == "crash":
@@ -61,7 +63,7 @@ def main():
         os.kill(os.getpid(), 9)
     if behaviour == "silent":
         return 0
-    train(args, behaviour)
+    train(args, "myrtle_new" if behaviour == "slow" else behaviour)
     return 0
 
 

@@ -98,3 +98,27 @@ def test_builtin_workload_as_a_command_with_a_real_oom(tmp_path):
     rows = rows_by_accum(sweep_dir)
     assert (rows[1]["status"], rows[1]["oom_phase"]) == ("oom", "joint"), proc.stdout
     assert rows[16]["status"] == "ok", proc.stdout
+
+
+def test_a_slow_trial_does_not_delay_the_report_of_a_fast_one(tmp_path):
+    """Asynchronous collection: the fast trial's row is ok in trials.csv while the slow one still runs."""
+    import os
+    import subprocess
+    import time
+
+    sweep_dir = tmp_path / "s"
+    args = [f"hydra.sweep.dir={sweep_dir}", *command_args("1:slow,2:myrtle_new", extra=["accum=1,2", "split=1", "max_in_flight=2"])]
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (sweep_dir / "trials.csv").exists():
+            rows = rows_by_accum(sweep_dir)
+            if rows.get(2, {}).get("status") == "ok":
+                seen = {a: r["status"] for a, r in rows.items()}
+                break
+        time.sleep(0.2)
+    out, _ = proc.communicate(timeout=60)
+    assert seen == {1: "running", 2: "ok"}, out
+    assert proc.returncode == 0
+    assert rows_by_accum(sweep_dir)[1]["status"] == "ok"

@@ -26,6 +26,7 @@ from .plan import SweepError, SweepPlan, make_plan
 from .ranking import build_table, recommendation, recommendation_line, table_csv
 from .results import CANCELLED, OK, TrialResult, atomic_write_text, collect_results, now_iso, trial_dir
 from .space import Candidate
+from .workloads.command import PROGRESS_FILE
 
 META_FILE = "sweep.json"
 TABLE_FILE = "trials.csv"
@@ -102,6 +103,7 @@ class Orchestrator:
         self.last_rec: tuple[Any, ...] | None = None
         self.executor: Any = None
         self.cluster = backends.cluster_of(plan.launcher)
+        self._progress_stamps: dict[str, int] = {}
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -160,7 +162,7 @@ class Orchestrator:
                     continue
                 self._submit(cand)
                 started += 1
-            if landed or started:
+            if landed or started or self._progress_changed():
                 self._publish()
             if not self.in_flight and (proposal.done or not started):
                 # Not done yet nothing proposed and nothing running: the strategy cannot go on.
@@ -218,7 +220,28 @@ class Orchestrator:
 
     # -- output -------------------------------------------------------------------------------
     def _rows(self) -> list[dict[str, Any]]:
-        return build_table(self.plan.meta, self.plan.candidates, self.results, set(self.in_flight))
+        return build_table(self.plan.meta, self.plan.candidates, self.results, set(self.in_flight), self._live_throughput())
+
+    def _live_throughput(self) -> dict[str, float]:
+        """Throughput a running command trial's log already shows (its progress.json)."""
+        live = {}
+        for key in self.in_flight:
+            try:
+                live[key] = float(json.loads((trial_dir(self.plan.sweep_dir, key) / PROGRESS_FILE).read_text())["throughput"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return live
+
+    def _progress_changed(self) -> bool:
+        stamps = {}
+        for key in self.in_flight:
+            try:
+                stamps[key] = (trial_dir(self.plan.sweep_dir, key) / PROGRESS_FILE).stat().st_mtime_ns
+            except OSError:
+                continue
+        changed = stamps != self._progress_stamps
+        self._progress_stamps = stamps
+        return changed and bool(stamps)
 
     def _recommendation(self, done: bool) -> dict[str, Any] | None:
         from .confidence import confidence_score

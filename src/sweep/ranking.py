@@ -83,8 +83,9 @@ def build_table(
     candidates: Sequence[Candidate],
     results: Mapping[str, TrialResult],
     running: Collection[str] = (),
+    live_throughput: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per candidate, ranked rows first."""
+    """One row per candidate, ranked rows first. live_throughput: what running trials' logs show so far."""
     ranks = {r.key: i + 1 for i, r in enumerate(ranked_ok(results))}
     base = baseline_key(results)
     base_tp = results[base].throughput if base else None
@@ -110,6 +111,8 @@ def build_table(
             row["status"] = INVALID
         elif res is None:
             row["status"] = RUNNING if cand.key in running else PENDING
+            if live_throughput and cand.key in live_throughput:
+                row["throughput_samples_per_s"] = live_throughput[cand.key]
         else:
             row.update(
                 status=res.status,
