@@ -8,9 +8,11 @@ and converts a job that ended without writing its own record into a failure reco
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,19 @@ from .results import (
 )
 
 JOB_FILE = "job.json"
+# sacct is asked about unfinished Slurm jobs at most this often. submitit's own default backs
+# off to 10 minutes, and a trial that ends without a result file (scancel, node failure, the
+# OOM killer) is only seen through sacct, so it would land that late.
+SLURM_POLL_S = 15
+# How long an ended Slurm job may take to show its final state in sacct (COMPLETING first).
+_FINAL_STATE_WAIT_S = 10
+# Slurm states of a job that may still run (or run again) its trial. submitit's own list
+# lacks SUSPENDED and the requeue/hold states, so a suspended or held trial looked ended:
+# it was recorded as failed, and a resumed sweep submitted it a second time.
+SLURM_UNFINISHED = frozenset(
+    "UNKNOWN PENDING CONFIGURING RUNNING COMPLETING SUSPENDED STOPPED SIGNALING RESIZING STAGE_OUT "
+    "REQUEUED REQUEUE_FED REQUEUE_HOLD SPECIAL_EXIT RESV_DEL_HOLD PREEMPTED READY".split()
+)
 # hydra-submitit-launcher parameters shared by every executor; the rest get the cluster prefix.
 _BASE_PARAMS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}
 # Read by the executor's constructor, or meaningless for single submissions.
@@ -71,7 +86,47 @@ def make_executor(launcher: dict[str, Any], time_limit_s: float, folder: str | N
         init[f"{cluster}_max_num_timeout"] = launcher["max_num_timeout"]
     executor = submitit.AutoExecutor(cluster=cluster, **init)
     executor.update_parameters(**executor_parameters(launcher, time_limit_s))
+    if cluster == "slurm":
+        executor._executor.job_class = slurm_job_class()  # submitit has no public hook for it
     return executor
+
+
+def slurm_unfinished(state: str) -> bool:
+    """Whether a sacct state ("RUNNING", "CANCELLED by 0", ...) leaves the job able to run on."""
+    words = state.upper().split()
+    return not words or words[0] in SLURM_UNFINISHED
+
+
+@functools.lru_cache(maxsize=None)
+def slurm_job_class() -> type:
+    """submitit's SlurmJob, polling sacct every SLURM_POLL_S and knowing every unfinished state."""
+    import submitit
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    class SweepSlurmWatcher(SlurmInfoWatcher):  # type: ignore[misc, valid-type]
+        def is_done(self, job_id: str, mode: str = "standard") -> bool:
+            return not slurm_unfinished(self.get_state(job_id, mode=mode))
+
+    class SweepSlurmJob(submitit.SlurmJob):  # type: ignore[misc, valid-type]
+        watcher = SweepSlurmWatcher(delay_s=SLURM_POLL_S)
+
+    return SweepSlurmJob
+
+
+def check_task_layout(launcher: dict[str, Any], machine: dict[str, Any]) -> None:
+    """A trial is one job with one task per device: tasks_per_node x nodes must be num_devices.
+
+    Anything else would start too few ranks (the trial measures part of the machine) or
+    too many (the trial refuses to start), only once the job runs on the cluster.
+    """
+    tasks, nodes = int(launcher.get("tasks_per_node") or 1), int(launcher.get("nodes") or 1)
+    devices = int(machine["num_devices"])
+    if tasks * nodes != devices:
+        hint = f"hydra.launcher.tasks_per_node={devices // nodes}" if devices % nodes == 0 else "machine.num_devices a multiple of machine.nodes"
+        raise SweepError(
+            f"hydra.launcher.tasks_per_node={tasks} x hydra.launcher.nodes={nodes} = {tasks * nodes} tasks, "
+            f"but machine.num_devices={devices}: a trial runs one task per device; set {hint}"
+        )
 
 
 def job_log(job: Any) -> str:
@@ -82,8 +137,24 @@ def job_log(job: Any) -> str:
         return ""
 
 
+def _job_stderr(job: Any) -> str:
+    """Task 0's stderr when it is a file of its own (hydra.launcher.stderr_to_stdout=false)."""
+    try:
+        path = str(job.paths.stderr)
+    except Exception:  # noqa: BLE001
+        return ""
+    return path if path != job_log(job) and os.path.exists(path) else ""
+
+
 def remember_job(trial_dir: Path, job: Any, cluster: str) -> None:
-    record = {"job_id": str(job.job_id), "cluster": cluster, "log": job_log(job), "submitted_at": now_iso()}
+    record = {
+        "job_id": str(job.job_id),
+        "cluster": cluster,
+        "log": job_log(job),
+        # A re-attached multi-task job is done only when every task is.
+        "num_tasks": int(getattr(job, "num_tasks", 1) or 1),
+        "submitted_at": now_iso(),
+    }
     atomic_write_text(Path(trial_dir) / JOB_FILE, json.dumps(record) + "\n")
 
 
@@ -98,9 +169,9 @@ def reattach(trial_dir: Path, executor_folder: str) -> Any | None:
     except (ValueError, KeyError, TypeError):
         return None
     if cluster == "slurm":
-        import submitit
-
-        job = submitit.SlurmJob(folder=executor_folder, job_id=job_id)
+        tasks = range(max(1, int(record.get("num_tasks", 1))))
+        job = slurm_job_class()(folder=executor_folder, job_id=job_id, tasks=tasks)
+        # Queued, running, or requeued after a preemption: still this trial's job.
         return None if job.done(force_check=True) else job
     if cluster == "local":
         return _LocalOrphan(job_id, record.get("log", "")) if _pid_alive(int(job_id)) else None
@@ -193,17 +264,47 @@ def ended_job_result(
     return res
 
 
+def _final_state(job: Any) -> str:
+    """The job's state once it has ended, as sacct gives it ("CANCELLED by 0", "OUT_OF_MEMORY", ...).
+
+    A Slurm job that ended by writing its result pickle may still be RUNNING or COMPLETING
+    in submitit's cached sacct answer, so sacct is asked again until the state is final.
+    """
+    import submitit
+
+    if not isinstance(job, submitit.SlurmJob):
+        return str(getattr(job, "state", ""))
+    deadline = time.monotonic() + _FINAL_STATE_WAIT_S
+    while True:
+        try:
+            state = str(job.get_info(mode="force").get("State", ""))
+        except Exception:  # noqa: BLE001 - sacct trouble: classify from the log alone
+            return ""
+        if not slurm_unfinished(state) or time.monotonic() > deadline:
+            return state
+        time.sleep(0.5)
+
+
 def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spec: dict[str, Any]) -> tuple[str, str | None, str]:
     if timed_out:
         return TIMEOUT, None, f"stopped after trial.time_limit_s={spec['trial']['time_limit_s']}s; see {log}"
-    state = str(getattr(job, "state", "")).upper()
-    if cancelled or state.startswith("CANCELLED"):
-        return CANCELLED, None, f"cancelled ({state or 'by the sweep'}); see {log}"
+    if cancelled:
+        return CANCELLED, None, f"cancelled by the sweep; see {log}"
+    raw_state = _final_state(job)
+    state = raw_state.upper()
+    if state.startswith("CANCELLED"):
+        return CANCELLED, None, f"cancelled on the cluster (sacct: {raw_state}); see {log}"
     if state == "TIMEOUT":
         return TIMEOUT, None, f"Slurm time limit reached; raise hydra.launcher.timeout_min; see {log}"
+    if state == "NODE_FAIL":
+        return FAILED, None, f"the node failed (NODE_FAIL) and Slurm did not requeue the job; see {log}"
     from .parsers import classify_failure
 
-    verdict = classify_failure(read_log_tail(log), exit_code=None)
+    tail = read_log_tail(log)
+    stderr = _job_stderr(job)
+    if stderr:
+        tail += "\n" + read_log_tail(stderr)
+    verdict = classify_failure(tail, exit_code=None)
     if state == "OUT_OF_MEMORY" and verdict.status != OOM:
         return OOM, verdict.oom_phase, f"Slurm killed the job for exceeding its memory (OUT_OF_MEMORY); see {log}"
     if verdict.status in (OOM, FAILED):

@@ -103,11 +103,14 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     machine = OmegaConf.to_container(cfg.machine, resolve=True)
     workload = OmegaConf.to_container(cfg.workload, resolve=True)
     trial = OmegaConf.to_container(cfg.trial, resolve=True)
-    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    launcher = OmegaConf.to_container(_launcher_node(cfg), resolve=True)
     assert isinstance(machine, dict) and isinstance(workload, dict) and isinstance(trial, dict)
     assert isinstance(launcher, dict)
 
     _check_machine(machine)
+    from .backends import check_task_layout
+
+    check_task_layout(launcher, machine)  # one task per device, before anything is submitted
     _check_trial(trial)
     if workload.get("name") not in WORKLOADS:
         raise SweepError(f"workload.name={workload.get('name')!r} is not valid: expected one of {', '.join(WORKLOADS)}")
@@ -164,6 +167,15 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
         overrides=list(arguments),
     )
+
+
+def _launcher_node(cfg: Any) -> Any:
+    """hydra.launcher: in the Sweeper's config, or (hydra.mode=RUN) from Hydra's global state."""
+    if "hydra" in cfg:
+        return cfg.hydra.launcher
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().launcher
 
 
 def _plain(value: Any) -> Any:
