@@ -24,7 +24,9 @@ def _task(cfg: Any) -> None:
     from .results import trial_dir
     from .job import run_job
 
-    sweep_dir = Path(os.getcwd()).absolute()
+    from hydra.core.hydra_config import HydraConfig
+
+    sweep_dir = Path(HydraConfig.get().runtime.output_dir).absolute()
     plan = make_plan(cfg, [], sweep_dir)
     cand = next(c for c in plan.candidates if c.valid)
     spec = plan.spec(cand, trial_dir(sweep_dir, cand.key))
