@@ -31,8 +31,14 @@ def _cell(row: Mapping[str, Any], column: str | None, fmt: str) -> str:
     return "" if value is None or value == "" else fmt.format(value)
 
 
-def format_table(rows: Sequence[Mapping[str, Any]], with_reasons: bool = True) -> str:
-    """A plain-text table: the ranked rows, then why the others did not run ok."""
+def format_table(rows: Sequence[Mapping[str, Any]], with_reasons: bool = True, show_invalid: bool = False) -> str:
+    """A plain-text table: the ranked rows, then why the others did not run ok.
+
+    Invalid pairs (never launched) are only counted unless show_invalid: the dry run lists them.
+    """
+    invalid = [r for r in rows if r["status"] == "invalid"]
+    if not show_invalid:
+        rows = [r for r in rows if r["status"] != "invalid"]
     body = [[_cell(r, col, fmt) for _, col, fmt in _SHOWN] for r in rows]
     headers = [h for h, _, _ in _SHOWN]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(headers)]
@@ -46,6 +52,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], with_reasons: bool = True) -
         ]
         if notes:
             lines += ["", "Not run ok:"] + notes
+    if invalid and not show_invalid:
+        lines += ["", f"{len(invalid)} invalid pair(s) not launched (a batch size would not be an integer); dry_run=true lists them"]
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ re-attaches to what is still running.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -32,6 +33,8 @@ META_FILE = "sweep.json"
 TABLE_FILE = "trials.csv"
 RECOMMENDATION_FILE = "recommendation.yaml"
 LOCK_FILE = ".sweep.lock"
+# OSError numbers that mean "this sweep dir cannot be written": a clear error, not a traceback.
+_CANNOT_WRITE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 # Hydra's entry point discards the Sweeper's return value; `python -m sweep` exits with this.
 exit_code = 0
 
@@ -72,7 +75,7 @@ def dry_run_text(plan: SweepPlan) -> str:
         f"{plan.machine['memory_gib']} GiB each), global_batch_size={plan.meta.global_batch_size}, "
         f"search={plan.search}: {valid} valid candidate(s), {len(plan.candidates) - valid} invalid; nothing launched"
     )
-    return head + "\n\n" + format_table(rows)
+    return head + "\n\n" + format_table(rows, show_invalid=True)
 
 
 def check_runnable_here(plan: SweepPlan) -> None:
@@ -120,6 +123,22 @@ class Orchestrator:
             raise SweepError(f"cannot write the sweep dir {sweep_dir}: {e.strerror}; choose a writable hydra.sweep.dir") from None
         try:
             return self._run_locked()
+        except OSError as e:
+            # A full disk or a sweep dir that turned read-only: every write is atomic, so what is
+            # there is intact; stop the trials (they cannot write either) and say how to go on.
+            if e.errno not in _CANNOT_WRITE:
+                raise
+            for f in self.in_flight.values():
+                try:
+                    backends.cancel_job(f.job, self.cluster)
+                except Exception:  # noqa: BLE001 - best effort: the error below is the news
+                    pass
+            where = f" ({e.filename})" if e.filename else ""
+            raise SweepError(
+                f"cannot write the sweep dir {sweep_dir}: {e.strerror}{where}; finished results are kept and "
+                f"{len(self.in_flight)} running trial(s) were stopped: free space (or make it writable), then resume with: "
+                f"python -m sweep resume={sweep_dir}"
+            ) from None
         finally:
             lock.release()
 
@@ -188,7 +207,7 @@ class Orchestrator:
             # On Slurm, queueing time is not trial time: its own --time limit (timeout_min) applies there.
             if self.cluster == "local" and not f.timed_out and now - f.started > self.plan.time_limit_s:
                 f.timed_out = True
-                f.job.cancel(check=False)
+                backends.cancel_job(f.job, self.cluster)
                 self.display.log(f"accum={f.cand.accum} split={f.cand.split}: over trial.time_limit_s={self.plan.time_limit_s:g}, stopping it")
             if not f.job.done():
                 continue
@@ -202,10 +221,15 @@ class Orchestrator:
         return landed
 
     def _load_finished(self) -> None:
-        for key, res in collect_results(self.plan.sweep_dir).items():
+        unreadable: dict[str, str] = {}
+        for key, res in collect_results(self.plan.sweep_dir, errors=unreadable).items():
             # A cancelled trial was interrupted, not measured: a resumed sweep runs it again.
             if key in self.by_key and res.status != CANCELLED:
                 self.results[key] = res
+        for key, why in unreadable.items():
+            if key in self.by_key and key not in self.results:
+                self.display.log(f"ignoring {why}: that trial is not finished")
+        _remove_stale_temp_files(self.plan.sweep_dir)
 
     def _reattach(self) -> None:
         folder = str(self.plan.launcher["submitit_folder"])
@@ -301,6 +325,8 @@ class Orchestrator:
         ]
         if rec is not None:
             summary.append(f"flags: {rec['flags']}")
+        if self.plan.search == "powers":
+            summary += _scaling_lines(self.results)
         summary.append(f"results: {self.plan.sweep_dir / TABLE_FILE}")
         self.display.final(rows, summary)
         return 0 if rec is not None else 1
@@ -313,7 +339,7 @@ class Orchestrator:
             # Only this sweep's own jobs: the ones it submitted and still tracks.
             for f in self.in_flight.values():
                 f.cancelled = True
-                f.job.cancel(check=False)
+                backends.cancel_job(f.job, self.cluster)
             deadline = time.monotonic() + 10
             while self.in_flight and time.monotonic() < deadline:
                 self._collect()
@@ -329,6 +355,23 @@ class Orchestrator:
         return 130
 
 
+def _scaling_lines(results: dict[str, TrialResult]) -> list[str]:
+    """The tuning playbook's check: doubling the batch should nearly double throughput."""
+    from .strategies import SCALING_FLAG_RATIO, scaling_report
+
+    lines = ["scaling (fastest pair per per-device batch):"]
+    for step in scaling_report(results):
+        verdict = step["note"] or "keeps pace"
+        lines.append(
+            f"  per_device_batch {step['per_device_batch_from']} -> {step['per_device_batch_to']}: "
+            f"{step['throughput_ratio']:.2f}x throughput ({verdict})"
+        )
+    if len(lines) == 1:
+        lines.append("  fewer than two per-device batch sizes ran ok")
+    lines.append(f"  (bar: {SCALING_FLAG_RATIO}x per doubling)")
+    return lines
+
+
 def _raise_interrupted(signum: int, frame: Any) -> None:
     raise Interrupted()
 
@@ -341,6 +384,21 @@ def _landed_line(res: TrialResult) -> str:
     phase = f" in {res.oom_phase}" if res.oom_phase else ""
     log = f" (log {res.log})" if res.log and res.log not in res.error else ""
     return f"{head}{phase}: {res.error}{log}"
+
+
+def _remove_stale_temp_files(sweep_dir: Path) -> None:
+    """Temp files of this sweep's own atomic writes that a killed orchestrator left behind.
+
+    Only files the orchestrator alone writes (the lock is held, so none is in progress);
+    a running trial's own temp files (result.json, progress.json) are left alone.
+    """
+    names = [f".{name}.*.tmp" for name in (TABLE_FILE, RECOMMENDATION_FILE, META_FILE)]
+    stale = [p for n in names for p in sweep_dir.glob(n)] + list(sweep_dir.glob(f"trials/*/.{backends.JOB_FILE}.*.tmp"))
+    for path in stale:
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
 
 def _point_latest(sweep_dir: Path) -> None:
