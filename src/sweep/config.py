@@ -18,7 +18,7 @@ class MachineConfig:
     device: str = "cpu"  # "cpu" or "cuda": what each trial trains on
     num_devices: int = 1  # devices per trial in all (data-parallel ranks)
     nodes: int = 1  # hosts per trial; num_devices is split evenly across them
-    memory_gib: float = 1.0  # device memory per device; on CPU the emulated budget each rank may allocate
+    memory_gib: float = 0.02  # device memory per device; on CPU the emulated budget each rank may allocate
     cpu_threads: Optional[int] = None  # torch intra-op threads per rank; None: torch's default
     description: str = ""  # one line for humans, e.g. "8 x A100 80GB SXM"
 
@@ -29,12 +29,12 @@ class RNNTWorkloadConfig:
     feat_dim: int = 40  # input features per frame (e.g. log-mel bins)
     frames: int = 160  # input frames per utterance, before subsampling
     subsample: int = 2  # time-stacking factor in front of the encoder
-    label_len: int = 24  # target tokens per utterance (U)
-    vocab: int = 64  # output vocabulary incl. blank (V)
-    enc_hidden: int = 256  # encoder LSTM width
-    enc_layers: int = 2  # encoder LSTM depth
-    pred_hidden: int = 128  # prediction-network width
-    joint_hidden: int = 256  # joint-network width
+    label_len: int = 8  # target tokens per utterance (U)
+    vocab: int = 160  # output vocabulary incl. blank (V)
+    enc_hidden: int = 16  # encoder LSTM width
+    enc_layers: int = 16  # encoder LSTM depth
+    pred_hidden: int = 32  # prediction-network width
+    joint_hidden: int = 32  # joint-network width
     optimizer: str = "adam"  # "adam" (state = 2x params) or "sgd"
     seed: int = 0  # model init and synthetic data
 
@@ -47,12 +47,13 @@ class CommandWorkloadConfig:
     cwd: Optional[str] = None  # working directory for the command; None: the trial dir
     parser: Any = field(default_factory=dict)  # how throughput is read from the log (see sweep.parsers)
     splits_apply: bool = True  # False: the script has no batch_split_factor; the space is 1-D
+    phase_patterns: Any = None  # {encoder|joint|optimizer: [regex on traceback frames]}; None: the RNN-T defaults
 
 
 @dataclass
 class TrialConfig:
     warmup_steps: int = 2  # optimizer steps run and discarded before timing (the seed compares epoch 2)
-    measure_steps: int = 6  # timed optimizer steps; throughput is their median
+    measure_steps: int = 8  # timed optimizer steps; throughput is their median
     time_limit_s: float = 300.0  # a trial still running after this is stopped and recorded as timeout
     seed: int = 0  # data seed, identical for every candidate
 
@@ -65,7 +66,7 @@ class SearchConfig:
 
 @dataclass
 class SweepConfig:
-    global_batch_size: int = 32  # samples per optimizer step over all devices (1024 for RNN-T)
+    global_batch_size: int = 16  # samples per optimizer step over all devices (1024 for RNN-T)
     accum: Any = None  # grad_accumulation_batches to try; None: every valid power of two
     split: Any = None  # batch_split_factor to try; None: powers of two up to the per-device batch
     machine: MachineConfig = field(default_factory=MachineConfig)

@@ -114,6 +114,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     _check_trial(trial)
     if workload.get("name") not in WORKLOADS:
         raise SweepError(f"workload.name={workload.get('name')!r} is not valid: expected one of {', '.join(WORKLOADS)}")
+    _check_known_keys(cfg, workload)
     if workload["name"] == "command":
         _check_command(workload, launcher)
         if not workload.get("splits_apply", True):
@@ -230,6 +231,35 @@ def _check_command(workload: dict[str, Any], launcher: dict[str, Any]) -> None:
         make_parser(parser)
     except ValueError as e:
         raise SweepError(f"workload.parser: {e}") from None
+    if workload.get("phase_patterns") is not None:
+        from .parsers import compile_phase_patterns
+
+        try:
+            compile_phase_patterns(workload["phase_patterns"])
+        except ValueError as e:
+            raise SweepError(f"workload.phase_patterns: {e}") from None
+
+
+def _check_known_keys(cfg: Any, workload: dict[str, Any]) -> None:
+    """Hydra's `+key=value` adds a key even to a typed config, so a typo such as
+    `+trial.time_limit=60` would be ignored without a word: refuse keys no schema has."""
+    from dataclasses import fields
+
+    from .config import CommandWorkloadConfig, MachineConfig, RNNTWorkloadConfig, SearchConfig, SweepConfig, TrialConfig
+
+    levels = [
+        ("", cfg, SweepConfig),
+        ("machine", cfg.machine, MachineConfig),
+        ("trial", cfg.trial, TrialConfig),
+        ("search", cfg.search, SearchConfig),
+        ("workload", workload, CommandWorkloadConfig if workload["name"] == "command" else RNNTWorkloadConfig),
+    ]
+    for prefix, node, schema in levels:
+        known = [f.name for f in fields(schema)]
+        for key in node.keys():
+            if key not in known and not (prefix == "" and key == "hydra"):
+                name = f"{prefix}.{key}" if prefix else str(key)
+                raise SweepError(f"{name} is not a known key: valid keys{' under ' + prefix if prefix else ''}: {', '.join(known)}")
 
 
 def _check_trial(trial: dict[str, Any]) -> None:

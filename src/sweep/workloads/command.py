@@ -123,7 +123,7 @@ def run_command_trial(spec: dict[str, Any]) -> dict[str, Any]:
     elif code == 0:
         result = TrialResult(status=FAILED, error=f"exited 0 but printed no throughput the {parser_spec.get('type', 'myrtle')} parser recognises; see {log_path}", **base)
     else:
-        verdict = classify_failure(read_log_tail(log_path), exit_code=code)
+        verdict = classify_failure(read_log_tail(log_path), exit_code=code, phase_patterns=wl.get("phase_patterns"))
         result = TrialResult(status=verdict.status if verdict.status != OK else FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
     write_result(result, trial_dir)
     print(f"accum={values['accum']} split={values['split']}: {result.status} {result.error}", flush=True)
