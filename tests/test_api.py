@@ -229,7 +229,7 @@ def test_old_trials_csv_missing_columns(done_sweep: Path) -> None:
 
 def test_unknown_status_is_an_error_not_a_silent_nan(done_sweep: Path) -> None:
     csv = done_sweep / "trials.csv"
-    csv.write_text(csv.read_text().replace(",invalid,", ",skipped,", 1))
+    csv.write_text(csv.read_text().replace(",invalid,", ",vanished,", 1))
     with pytest.raises(LoadError, match="column status has unknown value"):
         load(done_sweep)
 

@@ -87,15 +87,20 @@ def one_line_error(exc: BaseException) -> str:
     parts: list[str] = []
     seen = exc
     while seen is not None and len(parts) < 3:
+        special = _yaml_or_override_error(seen)
+        if special:
+            return special
         text = str(seen).strip()
         full_key = re.search(r"full_key:\s*(\S+)", text)
         first = text.split("\n")[0].strip() if text else type(seen).__name__
+        # "In 'sweep/x': ValidationError raised while composing config:" -> "In 'sweep/x'"; the cause follows.
+        first = re.sub(r"^(In '[^']+'): \w+ raised while composing config:$", r"\1", first)
         options = re.search(r"Available options in '([^']+)':\n((?:[ \t]+\S.*\n?)*)", text)
         if options:
             # The typed schemas share the group with the YAML options; they are not choices.
             names = [x.strip() for x in options.group(2).split("\n") if x.strip() and not x.strip().endswith("_schema")]
             first = f"{first.removeprefix('In ' + repr('sweep') + ': ')}; available options in '{options.group(1)}': {', '.join(names)}"
-        if full_key and full_key.group(1) not in first:
+        if full_key and full_key.group(1) not in first and not first.startswith("In '"):
             first = f"{full_key.group(1)}: {first}"
         first = first.rstrip(".")
         if first and first not in parts:
@@ -106,20 +111,56 @@ def one_line_error(exc: BaseException) -> str:
     return (line + hint).replace("\n", " ")
 
 
+def _yaml_or_override_error(exc: BaseException) -> str:
+    """Malformed YAML (file, line and column) and unparsable overrides, with what would be valid."""
+    import yaml
+    from hydra.errors import OverrideParseException
+
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark else "a YAML file"
+        what = exc.problem or exc.context or "syntax error"
+        if exc.context and exc.problem:
+            ctx = exc.context_mark
+            what += f", {exc.context}" + (f" from line {ctx.line + 1}, column {ctx.column + 1}" if ctx else "")
+        return f"{where}: malformed YAML ({what}): fix that file's YAML syntax (balanced quotes and brackets, `key: value` pairs)"
+    if isinstance(exc, yaml.YAMLError):
+        return f"malformed YAML: {' '.join(str(exc).split())}"
+    if isinstance(exc, OverrideParseException):
+        text = str(exc).strip().split("\n")
+        override = getattr(exc, "override", "") or ""
+        what = text[0].rstrip(".") if text else "cannot parse it"
+        if override and override not in what:
+            what = f"{override!r}: {what}"
+        return (
+            f"{what}: an override is key=value, a list is [a,b], a sweep is a,b; quote values with "
+            "special characters, e.g. 'workload.argv=[\"python\",\"--x={accum}\"]' "
+            "(https://hydra.cc/docs/advanced/override_grammar/basic)"
+        )
+    return ""
+
+
 def _key_hint(line: str) -> str:
     """For an unknown key, list the keys that do exist at that level."""
-    m = re.search(r"Key '([^']+)' is not in struct", line) or re.search(r"Could not override '([^']+)'", line)
-    if not m:
-        return ""
     from dataclasses import fields
 
-    from .config import MachineConfig, RNNTWorkloadConfig, SearchConfig, SweepConfig, TrialConfig
+    from .config import CommandWorkloadConfig, MachineConfig, RNNTWorkloadConfig, SearchConfig, SweepConfig, TrialConfig
 
-    key = re.sub(r"^\+*", "", m.group(1))
-    parent, _, _ = key.rpartition(".")
-    schema = {"": SweepConfig, "machine": MachineConfig, "trial": TrialConfig, "search": SearchConfig, "workload": RNNTWorkloadConfig}.get(parent)
-    if schema is None:
+    levels = [("", SweepConfig), ("machine", MachineConfig), ("trial", TrialConfig), ("search", SearchConfig),
+              ("workload", RNNTWorkloadConfig), ("workload", CommandWorkloadConfig)]
+    named = re.search(r"Key '[^']+' (?:is )?not in '(\w+)'", line)  # the schema the key is missing from
+    m = named or re.search(r"Could not override '([^']+)'", line) or re.search(r"Key '([^']+)' is not in struct", line)
+    if not m:
         return ""
+    if named:
+        parent, schema = next(((p, c) for p, c in levels if c.__name__ == named.group(1)), ("", None))
+    else:
+        parent = re.sub(r"^\+*", "", m.group(1)).rpartition(".")[0]
+        schema = next((c for p, c in levels if p == parent), None)
+    if schema is None:
+        # A free-form mapping (workload.env, workload.parser): new keys are added with a +.
+        key = re.sub(r"^\+*", "", m.group(1))
+        return f"; {parent} takes any key, added with a +: +{key}=..." if parent and "." in key else ""
     names = ", ".join(f.name for f in fields(schema))
     return f"; valid keys{' under ' + parent if parent else ''}: {names}"
 

@@ -161,20 +161,42 @@ def remember_job(trial_dir: Path, job: Any, cluster: str) -> None:
 def reattach(trial_dir: Path, executor_folder: str) -> Any | None:
     """The job an earlier orchestrator started for this trial, if it is still queued or running."""
     path = Path(trial_dir) / JOB_FILE
-    if not path.exists():
-        return None
     try:
         record = json.loads(path.read_text())
         job_id, cluster = str(record["job_id"]), record["cluster"]
-    except (ValueError, KeyError, TypeError):
-        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        record, job_id, cluster = None, "", ""
     if cluster == "slurm":
         tasks = range(max(1, int(record.get("num_tasks", 1))))
         job = slurm_job_class()(folder=executor_folder, job_id=job_id, tasks=tasks)
         # Queued, running, or requeued after a preemption: still this trial's job.
         return None if job.done(force_check=True) else job
-    if cluster == "local":
-        return _LocalOrphan(job_id, record.get("log", "")) if _pid_alive(int(job_id)) else None
+    if cluster == "local" and job_id.isdigit() and _local_job_alive(int(job_id)):
+        return _LocalOrphan(job_id, record.get("log", ""))
+    # An orchestrator killed between submitting a local job and writing its job.json leaves a
+    # running job that only the submitit folder knows: follow it rather than run the trial twice.
+    return _unrecorded_local_job(Path(trial_dir), executor_folder)
+
+
+def _unrecorded_local_job(trial_dir: Path, executor_folder: str) -> Any | None:
+    import glob
+
+    from submitit.core.utils import DelayedSubmission
+
+    suffix = "_submitted.pkl"
+    for pickle in glob.glob(os.path.join(executor_folder.replace("%j", "*"), "*" + suffix)):
+        job_id = os.path.basename(pickle)[: -len(suffix)]
+        if not job_id.isdigit() or not _local_job_alive(int(job_id)):
+            continue
+        try:
+            spec = DelayedSubmission.load(pickle).args[0]
+            same = Path(spec["trial_dir"]).resolve() == trial_dir.resolve()
+        except Exception:  # noqa: BLE001 - not a trial of this sweep, or half-written
+            continue
+        if same:
+            job = _LocalOrphan(job_id, os.path.join(os.path.dirname(pickle), f"{job_id}_0_log.out"))
+            remember_job(trial_dir, job, "local")
+            return job
     return None
 
 
@@ -191,7 +213,7 @@ class _LocalOrphan:
         return type("Paths", (), {"stdout": self._log})()
 
     def done(self, force_check: bool = False) -> bool:
-        if _pid_alive(int(self.job_id)):
+        if _local_job_alive(int(self.job_id)):
             return False
         self.state = "FINISHED"
         return True
@@ -216,6 +238,83 @@ def _pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def _local_job_alive(pid: int) -> bool:
+    """A live submitit local job (its controller), not some process that got the pid later."""
+    if not _pid_alive(pid):
+        return False
+    try:
+        return b"submitit" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc: trust the pid
+
+
+def cancel_job(job: Any, cluster: str) -> None:
+    """Stop a job; on this host, also every process group its trial started.
+
+    A command trial runs the user's command in a session of its own (so that its own
+    timeout can stop the whole tree); cancelling the job stops the trial's process but
+    not that session, which would run on, holding its devices, after the sweep ended.
+    A local job's tasks get the SIGINT (not the submitit controller above them, which
+    would print its own KeyboardInterrupt traceback onto the sweep's terminal).
+    """
+    if cluster != "local" or not str(job.job_id).isdigit():
+        job.cancel(check=False)
+        return
+    import signal
+    import threading
+
+    tasks, groups = _local_tree(int(job.job_id))
+    for pid in tasks:
+        try:
+            os.kill(pid, signal.SIGINT)
+        except OSError:
+            pass
+    if not tasks:
+        job.cancel(check=False)
+    if groups:
+        _signal_groups(groups, signal.SIGTERM)
+        timer = threading.Timer(5.0, _signal_groups, (groups, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
+
+
+def _signal_groups(groups: list[int], sig: int) -> None:
+    for pgid in groups:
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            pass
+
+
+def _local_tree(root: int) -> tuple[list[int], list[int]]:
+    """(root's children, the process groups led by root's descendants that left its group). Linux only."""
+    parent_group: dict[int, tuple[int, int]] = {}
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return [], []
+    for name in names:
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            parent_group[int(name)] = (int(fields[1]), int(fields[2]))  # ppid, pgrp
+        except (OSError, IndexError, ValueError):
+            continue
+    if root not in parent_group:
+        return [], []
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in parent_group.items():
+        children.setdefault(ppid, []).append(pid)
+    own = {parent_group[root][1], os.getpgrp()}
+    groups, todo = set(), list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        pgid = parent_group[pid][1]
+        if pgid == pid and pgid not in own:
+            groups.add(pgid)
+    return sorted(children.get(root, [])), sorted(groups)
 
 
 def ended_job_result(

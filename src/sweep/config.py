@@ -30,7 +30,7 @@ class RNNTWorkloadConfig:
     frames: int = 160  # input frames per utterance, before subsampling
     subsample: int = 2  # time-stacking factor in front of the encoder
     label_len: int = 8  # target tokens per utterance (U)
-    vocab: int = 160  # output vocabulary incl. blank (V)
+    vocab: int = 448  # output vocabulary incl. blank (V)
     enc_hidden: int = 16  # encoder LSTM width
     enc_layers: int = 16  # encoder LSTM depth
     pred_hidden: int = 32  # prediction-network width

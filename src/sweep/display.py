@@ -18,7 +18,7 @@ _SHOWN = [
     ("samples/s", "throughput_samples_per_s", "{:.1f}"),
     ("95% interval", None, ""),
     ("speedup", "speedup", "{:.2f}x"),
-    ("peak GiB", "peak_mem_gib", "{:.2f}"),
+    ("peak GiB", "peak_mem_gib", "{:.3g}"),
     ("wall s", "wall_s", "{:.1f}"),
 ]
 
@@ -37,8 +37,9 @@ def format_table(rows: Sequence[Mapping[str, Any]], with_reasons: bool = True, s
     Invalid pairs (never launched) are only counted unless show_invalid: the dry run lists them.
     """
     invalid = [r for r in rows if r["status"] == "invalid"]
+    skipped = sum(r["status"] == "skipped" for r in rows)
     if not show_invalid:
-        rows = [r for r in rows if r["status"] != "invalid"]
+        rows = [r for r in rows if r["status"] not in ("invalid", "skipped")]
     body = [[_cell(r, col, fmt) for _, col, fmt in _SHOWN] for r in rows]
     headers = [h for h, _, _ in _SHOWN]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(headers)]
@@ -48,10 +49,12 @@ def format_table(rows: Sequence[Mapping[str, Any]], with_reasons: bool = True, s
         notes = [
             f"  accum={r['accum']} split={r['split']} {r['status']}: {r['reason']}"
             for r in rows
-            if r.get("reason") and r["status"] not in ("ok", "pending", "running")
+            if r.get("reason") and r["status"] not in ("ok", "pending", "running", "skipped")
         ]
         if notes:
             lines += ["", "Not run ok:"] + notes
+    if skipped:
+        lines += ["", f"{skipped} pair(s) skipped: the search ruled them out (OOM implied, or they cannot beat the leader)"]
     if invalid and not show_invalid:
         lines += ["", f"{len(invalid)} invalid pair(s) not launched (a batch size would not be an integer); dry_run=true lists them"]
     return "\n".join(lines)

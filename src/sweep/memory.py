@@ -32,8 +32,11 @@ OOM_MESSAGES = (
     "CUBLAS_STATUS_ALLOC_FAILED",
     "CUDNN_STATUS_ALLOC_FAILED",
     "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE",
-    "cuDNN error: CUDNN_STATUS_MAPPING_ERROR",
 )
+# oneDNN (the CPU LSTM) reports a failed allocation this way; it is an OOM only
+# while an emulated CPU budget is in force, otherwise a real error.
+ONEDNN_ALLOC_MESSAGES = ("could not create a primitive", "could not execute a primitive")
+_cpu_budget_active = False
 
 
 class DeviceOOM(RuntimeError):
@@ -52,16 +55,20 @@ def is_oom_error(exc: BaseException) -> bool:
     if not isinstance(exc, RuntimeError):
         return False
     text = str(exc)
+    if _cpu_budget_active and any(m in text for m in ONEDNN_ALLOC_MESSAGES):
+        return True
     return any(m in text for m in OOM_MESSAGES)
 
 
 def oom_summary(exc: BaseException) -> str:
     """One line naming the failed allocation, without allocator boilerplate."""
     text = str(exc) or type(exc).__name__
-    for marker in OOM_MESSAGES:
+    for marker in OOM_MESSAGES + ONEDNN_ALLOC_MESSAGES:
         at = text.find(marker)
         if at >= 0:
             text = text[at:]
+            if marker in ONEDNN_ALLOC_MESSAGES:
+                text = f"oneDNN {text} (allocation failed under the memory budget)"
             break
     line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     # "...you tried to allocate 123 bytes. Error code 12 (Cannot allocate memory)": keep the first part.
@@ -105,12 +112,14 @@ def _get_libc():
 
 
 def configure_cpu_allocator(mmap_threshold: int = 256 * 1024, arena_max: int = 1) -> None:
-    """Make the address-space size track live tensors on glibc.
+    """Make the address-space size track live tensors on glibc; call before the model is built.
 
     A fixed mmap threshold sends every tensor over 256 KiB to its own mapping,
-    unmapped on free (glibc's sliding threshold would otherwise keep freed
-    blocks in the heap, so the space only grows); one arena stops each new
-    thread from reserving 64 MiB more of address space.
+    unmapped on free. With glibc's sliding threshold, freed blocks stay in the
+    heap and fragment it, and a pair's peak came to depend on allocation order
+    (a smaller joint batch could need more than a larger one). The price is
+    fresh, page-faulted memory for each big tensor: steps run slower, alike for
+    every pair. One arena stops each new thread reserving 64 MiB of address space.
     """
     libc = _get_libc()
     if libc and hasattr(libc, "mallopt"):
@@ -174,6 +183,7 @@ class MemoryBudget:
                 torch.cuda.set_per_process_memory_fraction(self.budget_bytes / total, index)
             self.baseline_bytes = torch.cuda.memory_allocated(index)
             return
+        global _cpu_budget_active
         self.baseline_bytes = address_space_bytes()
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         self._saved_limit = (soft, hard)
@@ -181,12 +191,15 @@ class MemoryBudget:
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        _cpu_budget_active = True
 
     def lift(self) -> None:
         """Undo enforce() on CPU, so writing results after an OOM cannot fail for memory."""
+        global _cpu_budget_active
         if self._saved_limit is not None:
             resource.setrlimit(resource.RLIMIT_AS, self._saved_limit)
             self._saved_limit = None
+            _cpu_budget_active = False
 
     def __enter__(self) -> "MemoryBudget":
         self.enforce()

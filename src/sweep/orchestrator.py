@@ -243,8 +243,8 @@ class Orchestrator:
                 self.display.log(f"re-attached to running job {job.job_id} for accum={cand.accum} split={cand.split}")
 
     # -- output -------------------------------------------------------------------------------
-    def _rows(self) -> list[dict[str, Any]]:
-        return build_table(self.plan.meta, self.plan.candidates, self.results, set(self.in_flight), self._live_throughput())
+    def _rows(self, done: bool = False) -> list[dict[str, Any]]:
+        return build_table(self.plan.meta, self.plan.candidates, self.results, set(self.in_flight), self._live_throughput(), done)
 
     def _live_throughput(self) -> dict[str, float]:
         """Throughput a running command trial's log already shows (its progress.json)."""
@@ -274,7 +274,7 @@ class Orchestrator:
         return recommendation(self.plan.meta, self.results, conf)
 
     def _publish(self, done: bool = False) -> dict[str, Any] | None:
-        rows = self._rows()
+        rows = self._rows(done)
         atomic_write_text(self.plan.sweep_dir / TABLE_FILE, table_csv(rows))
         rec = self._recommendation(done)
         if rec is not None:
@@ -315,7 +315,7 @@ class Orchestrator:
     def _finish(self) -> int:
         rec = self._publish(done=True)
         self._write_meta("done")
-        rows = self._rows()
+        rows = self._rows(done=True)
         counts = {}
         for r in self.results.values():
             counts[r.status] = counts.get(r.status, 0) + 1

@@ -31,6 +31,7 @@ _OTHER_STYLE = {
     "cancelled": ("cancelled", "#bdbdbd", ""),
     "running": ("running", "#deebf7", ""),
     "pending": ("pending", "#ffffff", ""),
+    "skipped": ("skipped", "#f2f2f2", ""),
 }
 
 
@@ -90,7 +91,7 @@ def heatmap(df: pd.DataFrame, path: str | Path) -> Path:
         ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=face, hatch=hatch, edgecolor="#707070", linewidth=0.5))
         # A backing box keeps the label legible over the hatching.
         ax.text(x, y, label, ha="center", va="center", fontsize=9,
-                color="#404040" if label in ("running", "pending") else "black",
+                color="#404040" if label in ("running", "pending", "skipped") else "black",
                 bbox=dict(facecolor=face, edgecolor="none", alpha=0.85, pad=1.5))
         legend.setdefault(label, Patch(facecolor=face, hatch=hatch, edgecolor="#707070", label=label))
 

@@ -20,6 +20,7 @@ from .results import (
     OOM,
     PENDING,
     RUNNING,
+    SKIPPED,
     TIMEOUT,
     TrialResult,
 )
@@ -52,7 +53,7 @@ TABLE_COLUMNS = [
 ]
 
 # Row order below the ranked rows: what is still coming, then what failed and why.
-_STATUS_ORDER = {OK: 0, RUNNING: 1, PENDING: 2, OOM: 3, TIMEOUT: 4, FAILED: 5, CANCELLED: 6, INVALID: 7}
+_STATUS_ORDER = {OK: 0, RUNNING: 1, PENDING: 2, OOM: 3, TIMEOUT: 4, FAILED: 5, CANCELLED: 6, SKIPPED: 7, INVALID: 8}
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,12 @@ def build_table(
     results: Mapping[str, TrialResult],
     running: Collection[str] = (),
     live_throughput: Mapping[str, float] | None = None,
+    done: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per candidate, ranked rows first. live_throughput: what running trials' logs show so far."""
+    """One row per candidate, ranked rows first. live_throughput: what running trials' logs show so far.
+
+    done: the search has ended, so a candidate never run is `skipped`, not `pending`.
+    """
     ranks = {r.key: i + 1 for i, r in enumerate(ranked_ok(results))}
     base = baseline_key(results)
     base_tp = results[base].throughput if base else None
@@ -110,7 +115,9 @@ def build_table(
         if not cand.valid:
             row["status"] = INVALID
         elif res is None:
-            row["status"] = RUNNING if cand.key in running else PENDING
+            row["status"] = RUNNING if cand.key in running else SKIPPED if done else PENDING
+            if row["status"] == SKIPPED:
+                row["reason"] = "not run: the search ruled it out (OOM implied, or it cannot beat the leader)"
             if live_throughput and cand.key in live_throughput:
                 row["throughput_samples_per_s"] = live_throughput[cand.key]
         else:

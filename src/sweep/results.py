@@ -22,9 +22,10 @@ RESULT_FILE = "result.json"
 # Statuses a finished trial can have.
 OK, OOM, FAILED, TIMEOUT, CANCELLED = "ok", "oom", "failed", "timeout", "cancelled"
 FINISHED_STATUSES = (OK, OOM, FAILED, TIMEOUT, CANCELLED)
-# Statuses only the sweep table has: a candidate not (yet) run.
-PENDING, RUNNING, INVALID = "pending", "running", "invalid"
-ALL_STATUSES = FINISHED_STATUSES + (RUNNING, PENDING, INVALID)
+# Statuses only the sweep table has: a candidate not (yet) run. `skipped`: the search ended
+# without it (its OOM was implied, or it could not beat the leader).
+PENDING, RUNNING, SKIPPED, INVALID = "pending", "running", "skipped", "invalid"
+ALL_STATUSES = FINISHED_STATUSES + (RUNNING, PENDING, SKIPPED, INVALID)
 
 # Where in the training step an OOM happened.
 PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER = "encoder", "joint", "optimizer"
@@ -118,7 +119,9 @@ def read_result(path: Path) -> TrialResult:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ResultError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); the trial was cut off") from None
+        raise ResultError(f"{path}: not valid JSON ({e.msg}: line {e.lineno} column {e.colno}); the trial was cut off") from None
+    except UnicodeDecodeError as e:
+        raise ResultError(f"{path}: not valid JSON (not UTF-8 text at byte {e.start}); the trial was cut off") from None
     if not isinstance(data, dict):
         raise ResultError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return TrialResult.from_dict(data, source=str(path))
@@ -143,13 +146,19 @@ def trial_dir(sweep_dir: Path, key: str) -> Path:
     return Path(sweep_dir) / "trials" / key
 
 
-def collect_results(sweep_dir: Path) -> dict[str, TrialResult]:
-    """Every finished, readable trial record in a sweep dir, by candidate key."""
+def collect_results(sweep_dir: Path, errors: dict[str, str] | None = None) -> dict[str, TrialResult]:
+    """Every finished, readable trial record in a sweep dir, by candidate key.
+
+    errors, if given, receives {trial dir name: why} for each record that cannot be read.
+    """
     out: dict[str, TrialResult] = {}
     for path in sorted((Path(sweep_dir) / "trials").glob(f"*/{RESULT_FILE}")):
         try:
             res = read_result(path)
-        except ResultError:
-            continue  # a torn or foreign file counts as "not finished": the trial is rerun
+        except (ResultError, OSError) as e:
+            # A torn or foreign file counts as "not finished": the trial is rerun.
+            if errors is not None:
+                errors[path.parent.name] = str(e) if isinstance(e, ResultError) else f"{path}: {e}"
+            continue
         out[res.key] = res
     return out

@@ -26,6 +26,7 @@ from sweep.stats import throughput_summary
 from sweep.workloads.rnnt import RNNTWorkload
 
 GIB = 1024**3
+_startup_counted = False  # whether an earlier run_trial in this process already counted start-up
 
 
 def _now() -> str:
@@ -89,22 +90,16 @@ def _init_distributed(num_devices: int, backend: str) -> tuple[int, int, int]:
 
 def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one (accum, split) trial as `spec` says; rank 0 writes the result record. Returns it as a dict."""
+    global _startup_counted
     started_at, t_start = _now(), time.perf_counter()
-    age_at_start = _process_age_s()
+    # A job process runs one trial: its interpreter and torch start-up belong to it.
+    startup_s = 0.0 if _startup_counted else (_process_age_s() or 0.0)
+    _startup_counted = True
     machine, trial = spec["machine"], spec["trial"]
-    workload_cfg = RNNTWorkloadConfig(**spec["workload"])
     accum, split = int(spec["accum"]), int(spec["split"])
     per_device_batch, global_batch = int(spec["per_device_batch"]), int(spec["global_batch_size"])
-    num_devices = int(spec["num_devices"])
     warmup, measure = int(trial["warmup_steps"]), int(trial["measure_steps"])
     device_type = machine.get("device", "cpu")
-    if machine.get("cpu_threads"):
-        torch.set_num_threads(int(machine["cpu_threads"]))
-
-    rank, world_size, local_rank = _init_distributed(num_devices, "nccl" if device_type == "cuda" else "gloo")
-    device = torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
     job = _job_environment()
     result = TrialResult(
         accum=accum,
@@ -112,7 +107,7 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
         per_device_batch=per_device_batch,
         joint_batch=int(spec["joint_batch"]),
         global_batch_size=global_batch,
-        num_devices=num_devices,
+        num_devices=int(spec["num_devices"]),
         status=FAILED,
         warmup_steps=warmup,
         log=str(spec.get("log", "")),
@@ -121,21 +116,33 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
         device=device_type,
         started_at=started_at,
     )
-    say = (lambda msg: print(msg, flush=True)) if world_size == 1 else (lambda msg: print(f"[rank {rank}] {msg}", flush=True))
-    say(
-        f"sweep trial accum={accum} split={split} per_device_batch={per_device_batch} "
-        f"joint_batch={result.joint_batch} global_batch_size={global_batch} num_devices={num_devices} "
-        f"device={device} memory_gib={machine.get('memory_gib')}"
-    )
-    budget = MemoryBudget(device, machine.get("memory_gib"))
+    rank, world_size = 0, 1
+    say = lambda msg: print(msg, flush=True)  # noqa: E731
+    budget: Optional[MemoryBudget] = None
     peak: Optional[PeakMemory] = None
     error: Optional[BaseException] = None
     try:
-        if device.type == "cpu":
+        if machine.get("cpu_threads"):
+            torch.set_num_threads(int(machine["cpu_threads"]))
+        rank, world_size, local_rank = _init_distributed(result.num_devices, "nccl" if device_type == "cuda" else "gloo")
+        if world_size > 1:
+            say = lambda msg: print(f"[rank {rank}] {msg}", flush=True)  # noqa: E731
+        device = torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        else:
             configure_cpu_allocator()
-        workload = RNNTWorkload(workload_cfg, device, rank=rank, world_size=world_size)
-        workload.warm_up()
+        say(
+            f"sweep trial accum={accum} split={split} per_device_batch={per_device_batch} "
+            f"joint_batch={result.joint_batch} global_batch_size={global_batch} num_devices={result.num_devices} "
+            f"device={device} memory_gib={machine.get('memory_gib')}"
+        )
+        workload_cfg = RNNTWorkloadConfig(**spec["workload"])
+        workload = RNNTWorkload(workload_cfg, device, rank=rank, world_size=world_size, data_seed=int(trial["seed"]))
+        # On CPU at the trial's own batch, so oneDNN's shape-specialised primitives exist before the cap.
+        workload.warm_up(per_device_batch if device.type == "cpu" else 1)
         workload.sync()
+        budget = MemoryBudget(device, machine.get("memory_gib"))
         peak = PeakMemory(device)
         budget.enforce()
         for step in range(warmup + measure):
@@ -151,21 +158,22 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
         result.status = OK
         result.throughput, result.throughput_low, result.throughput_high = throughput_summary(result.step_times_s, global_batch)
     except DeviceOOM as exc:
-        budget.lift()
+        if budget is not None:
+            budget.lift()
         result.status, result.oom_phase, result.error = OOM, exc.phase, str(exc)
         if exc.traceback_text:
             print(exc.traceback_text, file=sys.stderr, flush=True)
     except Exception as exc:  # noqa: BLE001 - recorded, then re-raised below
-        budget.lift()
+        if budget is not None:
+            budget.lift()
         error = exc
         result.error = _one_line(exc)
-        if is_oom_error(exc):
+        if is_oom_error(exc):  # outside a step: no (accum, split) can fix it, so not an "oom" candidate
             result.error = f"out of memory before the first step (the model does not fit): {result.error}"
     if peak is not None:
         result.peak_mem_gib = peak.peak_bytes() / GIB
     result.finished_at = _now()
-    elapsed = time.perf_counter() - t_start
-    result.wall_s = elapsed + (age_at_start or 0.0)
+    result.wall_s = startup_s + time.perf_counter() - t_start
     if result.status == OK:
         say(
             f"result ok: {result.throughput:.1f} samples/s (95% {result.throughput_low:.1f}-{result.throughput_high:.1f}), "

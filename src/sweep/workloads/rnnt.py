@@ -34,7 +34,7 @@ BLANK = 0
 
 # Status codes all ranks exchange before any gradient traffic. MAX picks the
 # one every rank reports, so a real bug (FAILED) outranks an OOM.
-_OK, _FAILED = 0, len((PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER)) + 1
+_OK, _FAILED = 0, 4
 _PHASE_CODE = {PHASE_ENCODER: 1, PHASE_JOINT: 2, PHASE_OPTIMIZER: 3}
 _CODE_PHASE = {v: k for k, v in _PHASE_CODE.items()}
 
@@ -169,23 +169,26 @@ class RNNT(nn.Module):
 # ---------------------------------------------------------------- data
 
 
-def synthetic_sample(cfg, seed: int, step_index: int, sample_index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One utterance: features (frames, feat_dim) and labels (label_len,) in 1..V-1.
+class SyntheticData:
+    """Fixed-length utterances, resident on the device: features randn, labels in 1..V-1.
 
-    Seeded per sample of the global batch, so the global batch is the same
-    whatever way the pair cuts it into ranks, micro-batches and chunks.
+    A bank of `size` utterances is made once from the seed; sample g of the
+    global batch at step k is row (k * global_batch + g) mod size. So every
+    pair trains on the same global batch however it cuts it into ranks,
+    micro-batches and chunks, and making a micro-batch is one gather on the
+    device, not host-side generation inside the timed step.
     """
-    gen = torch.Generator().manual_seed((seed << 40) + (step_index << 20) + sample_index)
-    feats = torch.randn(cfg.frames, cfg.feat_dim, generator=gen)
-    labels = torch.randint(1, cfg.vocab, (cfg.label_len,), generator=gen)
-    return feats, labels
 
+    def __init__(self, cfg, seed: int, device: torch.device, size: int = 64) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.feats = torch.randn(size, cfg.frames, cfg.feat_dim, generator=gen).to(device)
+        self.labels = torch.randint(1, cfg.vocab, (size, cfg.label_len), generator=gen).to(device)
 
-def synthetic_batch(cfg, seed, step_index, micro_index, rank, per_device_batch, accum):
-    """The (features, labels) micro-batch of `rank` at `micro_index`: a contiguous slice of the global batch."""
-    first = (rank * accum + micro_index) * per_device_batch
-    samples = [synthetic_sample(cfg, seed, step_index, first + i) for i in range(per_device_batch)]
-    return torch.stack([s[0] for s in samples]), torch.stack([s[1] for s in samples])
+    def batch(self, step_index: int, first_sample: int, count: int, global_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples first_sample .. first_sample+count-1 of the global batch of step `step_index`."""
+        start = step_index * global_batch + first_sample
+        rows = torch.arange(start, start + count, device=self.feats.device) % self.feats.shape[0]
+        return self.feats[rows], self.labels[rows]
 
 
 # ---------------------------------------------------------------- workload
@@ -204,19 +207,21 @@ class _Failure:
 class RNNTWorkload:
     """The RNN-T model, optimizer and synthetic data of one rank."""
 
-    def __init__(self, cfg, device: torch.device, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self, cfg, device: torch.device, rank: int = 0, world_size: int = 1, data_seed: Optional[int] = None
+    ) -> None:
         self.cfg = cfg
         self.device = torch.device(device)
         self.rank, self.world_size = rank, world_size
         torch.manual_seed(cfg.seed)  # same init on every rank, so no broadcast is needed
         self.model = RNNT(cfg).to(self.device)
+        self.data = SyntheticData(cfg, cfg.seed if data_seed is None else data_seed, self.device)
         if cfg.optimizer == "adam":
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
         elif cfg.optimizer == "sgd":
             self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.0)
         else:
             raise ValueError(f"workload.optimizer={cfg.optimizer!r} is not valid: expected 'adam' or 'sgd'")
-        self.data_seed = int(cfg.seed)
         self._phase: Optional[str] = None
         # Called with the new phase on every change; memory tests hang peak resets on it.
         self.on_phase: Optional[Callable[[Optional[str]], None]] = None
@@ -262,9 +267,10 @@ class RNNTWorkload:
 
     def micro_batch(self, per_device_batch: int, accum: int, split: int, step_index: int, micro_index: int) -> torch.Tensor:
         """Forward and backward of one micro-batch, gradients added to .grad; returns its loss."""
-        feats, labels = synthetic_batch(self.cfg, self.data_seed, step_index, micro_index, self.rank, per_device_batch, accum)
-        feats, labels = feats.to(self.device), labels.to(self.device)
-        scale = 1.0 / (per_device_batch * accum * self.world_size)
+        global_batch = per_device_batch * accum * self.world_size
+        first = (self.rank * accum + micro_index) * per_device_batch  # each rank takes a contiguous share
+        feats, labels = self.data.batch(step_index, first, per_device_batch, global_batch)
+        scale = 1.0 / global_batch
         self.phase = PHASE_ENCODER
         enc, pred = self.encode(feats), self.predict(labels)
         # Cut here: each joint chunk's backward stops at these leaves and adds into their .grad.
@@ -281,10 +287,16 @@ class RNNTWorkload:
 
     # -- whole steps
 
-    def warm_up(self) -> None:
-        """One 1-sample forward/backward, no optimizer step: threads, lazily loaded
-        kernels and allocator arenas come up now, before a memory baseline is taken."""
-        self.micro_batch(1, 1, 1, step_index=0, micro_index=0)
+    def warm_up(self, per_device_batch: int = 1) -> None:
+        """Forward and backward at this per-device batch, no optimizer step.
+
+        Threads, lazily loaded kernels and shape-specialised oneDNN primitives
+        (the CPU LSTM) come up now, before a memory baseline is taken: created
+        later, under an emulated CPU budget, the primitives fail with
+        "could not create a primitive" rather than an allocator error. Chunks
+        of one sample keep the joint's share small.
+        """
+        self.micro_batch(per_device_batch, 1, per_device_batch, step_index=0, micro_index=0)
         self.model.zero_grad(set_to_none=True)
         self.phase = None
 

@@ -1,0 +1,111 @@
+"""run_trial end to end at tiny size: the record it writes for ok, oom and failed trials."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from sweep.config import MachineConfig, RNNTWorkloadConfig, TrialConfig
+from sweep.results import RESULT_FILE, TrialResult, read_result
+from sweep.stats import median
+from sweep.trial import run_trial
+
+SMALL = RNNTWorkloadConfig(
+    feat_dim=4, frames=8, subsample=2, label_len=3, vocab=6, enc_hidden=8, enc_layers=2, pred_hidden=8, joint_hidden=8
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Two cores shared with other test runs: a second intra-op thread mostly waits for a core.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def make_spec(tmp_path: Path, accum=2, split=2, global_batch=8, memory_gib=2.0, workload=SMALL, **machine) -> dict:
+    per_device = global_batch // accum
+    key = f"accum{accum}_split{split}"
+    return dict(
+        accum=accum,
+        split=split,
+        per_device_batch=per_device,
+        joint_batch=per_device // split,
+        global_batch_size=global_batch,
+        num_devices=1,
+        machine=asdict(MachineConfig(memory_gib=memory_gib, **machine)),
+        workload=asdict(workload),
+        trial=asdict(TrialConfig(warmup_steps=1, measure_steps=4, seed=0)),
+        trial_dir=str(tmp_path / "trials" / key),
+        log=str(tmp_path / "logs" / f"{key}.log"),
+    )
+
+
+def test_ok_trial_writes_a_complete_record(tmp_path, capsys):
+    spec = make_spec(tmp_path)
+    returned = run_trial(spec)
+    record = read_result(Path(spec["trial_dir"]) / RESULT_FILE)
+
+    assert record == TrialResult.from_dict(returned)
+    assert (record.status, record.oom_phase, record.error) == ("ok", None, "")
+    assert (record.accum, record.split, record.per_device_batch, record.joint_batch) == (2, 2, 4, 2)
+    assert record.warmup_steps == 1 and len(record.step_times_s) == 4
+    assert record.throughput == pytest.approx(8 / median(record.step_times_s))
+    assert record.throughput_low <= record.throughput <= record.throughput_high
+    assert record.peak_mem_gib is not None and record.peak_mem_gib >= 0
+    assert record.wall_s > 0 and record.started_at <= record.finished_at
+    assert (record.log, record.device) == (spec["log"], "cpu")
+    out = capsys.readouterr().out
+    assert "accum=2 split=2 per_device_batch=4 joint_batch=2" in out
+    assert "step 5/5" in out and "result ok:" in out
+
+
+def test_failed_trial_is_recorded_then_raised(tmp_path):
+    spec = make_spec(tmp_path, workload=RNNTWorkloadConfig(**{**asdict(SMALL), "optimizer": "lion"}))
+    with pytest.raises(ValueError, match="optimizer='lion'"):
+        run_trial(spec)
+    record = read_result(Path(spec["trial_dir"]) / RESULT_FILE)
+    assert record.status == "failed"
+    assert record.error.startswith("ValueError: workload.optimizer='lion' is not valid")
+    assert "\n" not in record.error
+
+
+def test_several_devices_outside_a_job_run_as_one_process(tmp_path, capsys):
+    spec = make_spec(tmp_path, accum=1, split=1, global_batch=4)
+    spec.update(num_devices=2, per_device_batch=2, joint_batch=2)
+    assert run_trial(spec)["status"] == "ok"
+    assert "not inside a multi-task job" in capsys.readouterr().out
+
+
+# A real OOM needs its own process: the address-space cap is per process.
+JOINT_HOG = RNNTWorkloadConfig(**{**asdict(SMALL), "frames": 32, "label_len": 7, "vocab": 8192})
+ENCODER_HOG = RNNTWorkloadConfig(**{**asdict(SMALL), "frames": 800, "enc_hidden": 128, "label_len": 1})
+
+
+@pytest.mark.parametrize(
+    "phase,workload,accum,split",
+    [("joint", JOINT_HOG, 1, 1), ("encoder", ENCODER_HOG, 1, 4)],
+)
+def test_oom_trial_in_a_subprocess_records_the_phase(tmp_path, phase, workload, accum, split):
+    spec = make_spec(tmp_path, accum=accum, split=split, global_batch=4, memory_gib=4 / 1024, workload=workload, cpu_threads=1)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    code = "import json, sys; from sweep.trial import run_trial; run_trial(json.load(open(sys.argv[1])))"
+    proc = subprocess.run([sys.executable, "-c", code, str(spec_file)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # an OOM is a result, not a crash
+
+    record = read_result(Path(spec["trial_dir"]) / RESULT_FILE)
+    assert (record.status, record.oom_phase) == ("oom", phase)
+    assert record.error.startswith("DefaultCPUAllocator: can't allocate memory: you tried to allocate ")
+    assert record.error.endswith(f"in phase {phase}")
+    assert record.throughput is None and record.wall_s > 0
+    assert f"result oom in phase {phase}" in proc.stdout
+    # The original traceback goes to the log, where log-based classifiers read function names.
+    assert {"joint": "joint_and_loss", "encoder": "encode"}[phase] in proc.stderr
