@@ -77,7 +77,7 @@ def test_task_layout_that_does_not_match_the_devices_is_refused() -> None:
     # make_plan runs this check (so `python -m sweep` stops before submitting); called here too
     # so that the test holds whichever of the two raises.
     with pytest.raises(SweepError, match=r"tasks_per_node=2 x hydra.launcher.nodes=2 = 4 tasks, but machine.num_devices=2.*tasks_per_node=1"):
-        plan = compose_plan(["+machine=cpu2", "machine.nodes=2", "hydra/launcher=submitit_slurm"])
+        plan = compose_plan(["+machine=cpu2", "machine.nodes=2", "hydra.launcher.tasks_per_node=2", "hydra/launcher=submitit_slurm"])
         check_task_layout(plan.launcher, plan.machine)
 
 

@@ -78,3 +78,19 @@ def test_bad_settings_raise_one_line_naming_the_value(gbs, nd, accums, splits, m
         enumerate_candidates(gbs, nd, accums, splits)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "host, per_trial, groups",
+    [
+        (8, 8, [(0, 1, 2, 3, 4, 5, 6, 7)]),
+        (8, 2, [(0, 1), (2, 3), (4, 5), (6, 7)]),
+        (8, 3, [(0, 1, 2), (3, 4, 5)]),
+        (8, 1, [(i,) for i in range(8)]),
+        (2, 4, []),
+    ],
+)
+def test_local_gpu_groups_are_disjoint(host, per_trial, groups):
+    from sweep.backends import gpu_groups
+
+    assert gpu_groups(host, per_trial) == groups

@@ -71,6 +71,10 @@ def main() -> int:
     try:
         sys.argv[1:] = expand_resume(sys.argv[1:])
         app()
+    except BrokenPipeError:
+        # Output piped into `head` and closed: not an error worth a message.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("sweep: interrupted", file=sys.stderr)
         return 130

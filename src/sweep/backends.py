@@ -409,3 +409,11 @@ def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spe
     if verdict.status in (OOM, FAILED):
         return verdict.status, verdict.oom_phase, f"{verdict.reason}; see {log}"
     return FAILED, None, f"the job ended ({state or 'unknown state'}) without writing a result; see {log}"
+
+
+def gpu_groups(host_gpus: int, per_trial: int) -> list[tuple[int, ...]]:
+    """Disjoint device groups for local trials, so side-by-side trials never share a GPU
+    (submitit's local executor would otherwise give every job devices 0..k-1)."""
+    if per_trial < 1:
+        return []
+    return [tuple(range(i * per_trial, (i + 1) * per_trial)) for i in range(host_gpus // per_trial)]

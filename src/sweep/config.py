@@ -81,6 +81,11 @@ class SweepConfig:
 
 
 def register_configs() -> None:
+    from omegaconf import OmegaConf
+
+    # Profiles derive per-node launcher settings from the machine: ${sweep_div:${machine.num_devices},${machine.nodes}}.
+    if not OmegaConf.has_resolver("sweep_div"):
+        OmegaConf.register_new_resolver("sweep_div", lambda a, b: int(a) // int(b))
     cs = ConfigStore.instance()
     cs.store(name="sweep_schema", node=SweepConfig)
     cs.store(group="machine", name="machine_schema", node=MachineConfig, package="machine")

@@ -47,6 +47,7 @@ class InFlight:
     started: float
     timed_out: bool = False
     cancelled: bool = False
+    gpus: tuple[int, ...] | None = None  # the local device group this trial holds
 
 
 class Interrupted(Exception):
@@ -107,6 +108,7 @@ class Orchestrator:
         self.executor: Any = None
         self.cluster = backends.cluster_of(plan.launcher)
         self._progress_stamps: dict[str, int] = {}
+        self.free_gpus: list[tuple[int, ...]] | None = None  # local CUDA only: device groups not in use
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -146,6 +148,10 @@ class Orchestrator:
         plan = self.plan
         self._load_finished()
         self.executor = backends.make_executor(plan.launcher, plan.time_limit_s)
+        if self.cluster == "local" and plan.machine["device"] == "cuda":
+            import torch
+
+            self.free_gpus = backends.gpu_groups(torch.cuda.device_count(), plan.meta.num_devices)
         self._reattach()
         self._write_meta("running")
         _point_latest(plan.sweep_dir)
@@ -173,6 +179,8 @@ class Orchestrator:
             landed = self._collect()
             proposal = self.strategy.propose(self.results, set(self.in_flight))
             free = self.plan.max_in_flight - len(self.in_flight)
+            if self.free_gpus is not None:
+                free = min(free, len(self.free_gpus))
             started = 0
             for cand in proposal.candidates:
                 if started >= free:
@@ -195,9 +203,12 @@ class Orchestrator:
         tdir = trial_dir(self.plan.sweep_dir, cand.key)
         tdir.mkdir(parents=True, exist_ok=True)
         spec = self.plan.spec(cand, tdir)
+        gpus = self.free_gpus.pop(0) if self.free_gpus else None
+        if gpus is not None:
+            self.executor.update_parameters(visible_gpus=gpus)  # becomes the job's CUDA_VISIBLE_DEVICES
         job = self.executor.submit(run_job, spec)
         backends.remember_job(tdir, job, self.cluster)
-        self.in_flight[cand.key] = InFlight(cand, job, spec, time.monotonic())
+        self.in_flight[cand.key] = InFlight(cand, job, spec, time.monotonic(), gpus=gpus)
         self.display.log(f"started accum={cand.accum} split={cand.split} (job {job.job_id}, log {backends.job_log(job)})")
 
     def _collect(self) -> int:
@@ -215,6 +226,8 @@ class Orchestrator:
                 f.job, f.spec, trial_dir(self.plan.sweep_dir, key), timed_out=f.timed_out, cancelled=f.cancelled, wall_s=now - f.started
             )
             del self.in_flight[key]
+            if f.gpus is not None and self.free_gpus is not None:
+                self.free_gpus.append(f.gpus)
             self.results[key] = res
             landed += 1
             self.display.log(_landed_line(res))
