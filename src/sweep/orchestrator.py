@@ -109,6 +109,7 @@ class Orchestrator:
         self.cluster = backends.cluster_of(plan.launcher)
         self._progress_stamps: dict[str, int] = {}
         self.free_gpus: list[tuple[int, ...]] | None = None  # local CUDA only: device groups not in use
+        self.t0 = time.monotonic()
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -192,7 +193,7 @@ class Orchestrator:
             if landed or started or self._progress_changed():
                 self._publish()
             if not self.in_flight and (proposal.done or not started):
-                # Not done yet nothing proposed and nothing running: the strategy cannot go on.
+                # Done, or nothing left to propose with nothing running: nothing can change any more.
                 return
             time.sleep(self.poll_interval_s)
 
@@ -313,6 +314,9 @@ class Orchestrator:
             "started_at": self._started_at(),
             "finished_at": now_iso() if state != "running" else None,
             "state": state,
+            # The orchestrator's own work (this process's CPU time, trials excluded) against wall time.
+            "orchestrator_cpu_s": round(time.process_time(), 3),
+            "wall_s": round(time.monotonic() - self.t0, 3),
             "command": "python -m sweep " + " ".join(sys.argv[1:]),
             # What `resume=DIR` replays: the whole command line, hydra.* overrides included.
             "argv": list(sys.argv[1:]),
