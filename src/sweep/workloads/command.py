@@ -83,29 +83,16 @@ def run_command_trial(spec: dict[str, Any]) -> dict[str, Any]:
     started_at, t0 = now_iso(), time.monotonic()
     print(f"accum={values['accum']} split={values['split']}: running {argv} in {cwd}; log {log_path}", flush=True)
 
-    measurements: list[Any] = []
-    timed_out = stopped_early = False
     with open(log_path, "ab") as log:
         # A new session, so a timeout can stop the whole process tree (dataloader workers, ranks).
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         tail = LogTail(log_path)
-        while True:
-            code = proc.poll()
-            new = parser.feed(tail.read_new())
-            if new:
-                measurements += new
-                _write_progress(trial_dir, measurements, skip)
-            if code is not None:
-                break
-            if stop_after is not None and len(measurements) >= skip + int(stop_after):
-                stopped_early = True
-                _stop(proc)
-                break
-            if time.monotonic() - t0 > limit:
-                timed_out = True
-                _stop(proc)
-                break
-            time.sleep(0.2)
+        try:
+            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, skip, stop_after, limit, t0)
+        except BaseException:
+            # Interrupted (Ctrl-C reaches the job too): never leave the training command behind.
+            _stop(proc)
+            raise
         measurements += parser.feed(tail.read_new()) + parser.close()
     code = proc.wait()
 
@@ -128,6 +115,26 @@ def run_command_trial(spec: dict[str, Any]) -> dict[str, Any]:
     write_result(result, trial_dir)
     print(f"accum={values['accum']} split={values['split']}: {result.status} {result.error}", flush=True)
     return result.to_dict()
+
+
+def _follow(proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, stop_after: Any, limit: float, t0: float) -> tuple[list[Any], bool, bool]:
+    """Read the log as it grows until the command ends, overruns its time, or has measured enough."""
+    measurements: list[Any] = []
+    while True:
+        code = proc.poll()
+        new = parser.feed(tail.read_new())
+        if new:
+            measurements += new
+            _write_progress(trial_dir, measurements, skip)
+        if code is not None:
+            return measurements, False, False
+        if stop_after is not None and len(measurements) >= skip + int(stop_after):
+            _stop(proc)
+            return measurements, False, True
+        if time.monotonic() - t0 > limit:
+            _stop(proc)
+            return measurements, True, False
+        time.sleep(0.2)
 
 
 def _ok_result(base: dict[str, Any], measurements: list[Any], chosen: Any, skip: int) -> TrialResult:

@@ -1,0 +1,164 @@
+"""Reliability figures for the README: kills survived, faults injected, bad inputs tried, results lost.
+
+Runs the scenarios of tests/test_faults.py and the table of tests/test_bad_input.py (the same
+helpers, tests/faultlib.py) and counts, rather than asserts, what happened:
+
+  kills survived    SIGKILLs that hit a running orchestrator (at random instants, and while it
+                    was writing trials.csv, job.json, result.json or sweep.json), each followed by
+                    a check of the sweep dir and a resume; the sweep then finishes
+  faults injected   failing trials (hang, crash, SIGSEGV, SIGKILL, no result, torn result files,
+                    OOM), a second orchestrator on the same dir, a full disk, a read-only dir,
+                    a torn record found on resume
+  bad inputs tried  the bad-input table, each expected to end in one clear line, exit 2
+  results lost      finished results that disappeared or changed after a kill or a fault
+
+Exits 1 if any result was lost, any trial ran twice, or any scenario did not behave.
+
+    python bench/bench_reliability.py [--seeds 7 2024] [--skip-bad-input]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import faultlib as F  # noqa: E402
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.kills = self.faults = self.bad_inputs = self.lost = 0
+        self.problems: list[str] = []
+        self.skipped: list[str] = []
+
+    def expect(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.problems.append(what)
+
+
+def kills(root: Path, seeds: list[int], t: Tally) -> None:
+    reference, wall = F.reference_sweep(root)
+    print(f"reference sweep: {len(reference)} trials, {wall:.1f}s uninterrupted")
+    for seed in seeds:
+        camp = F.kill_campaign(root, seed, reference, wall, log=lambda line: print(line))
+        t.kills += camp.kills
+        t.lost += len(camp.lost)
+        t.expect(not camp.lost, f"seed {seed}: lost {camp.lost}")
+        t.expect(not camp.reruns, f"seed {seed}: ran twice or never {camp.reruns}")
+        t.expect(camp.final == reference, f"seed {seed}: final table differs from the reference")
+        print(f"seed {seed}: {camp.kills} kills survived in {camp.wall_s:.1f}s, lost {len(camp.lost)}, reruns {len(camp.reruns)}")
+        print("  moments: " + ", ".join(camp.moments))
+
+
+def failing_trials(root: Path, t: Tally) -> None:
+    for timing in F.FAULT_TIMINGS:
+        proc, sweep_dir = F.fault_sweep(root, timing)
+        rows = F.table(sweep_dir)
+        for accum, (behaviour, status, phase, reason) in F.FAULTS.items():
+            row = rows.get((accum, 1), {})
+            if behaviour != "ok":
+                t.faults += 1
+            good = (row.get("status"), row.get("oom_phase")) == (status, phase) and reason in row.get("reason", "") and Path(row.get("log") or "/nonexistent").is_file()
+            t.expect(good, f"{timing}/{behaviour}: {row.get('status')} {row.get('reason', '')[:120]}")
+        t.expect(proc.returncode == 0 and "Traceback" not in proc.stderr, f"{timing}: sweep exited {proc.returncode}")
+        t.expect(F.hang_stopped(sweep_dir), f"{timing}: the hung command was left running")
+        print(f"failing trials ({timing}): {len(F.FAULTS) - 1} faults, statuses {sorted({r['status'] for r in rows.values()})}")
+
+
+def one_line(proc, *texts: str) -> bool:
+    return proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and all(x in proc.stderr for x in texts)
+
+
+def other_faults(root: Path, t: Tally) -> None:
+    r = F.second_orchestrator(root / "second")
+    t.faults += 1
+    t.expect(one_line(r["b"], "another sweep is running") and one_line(r["b_resume"], "another sweep is running"), "second orchestrator not refused")
+    t.expect(r["unchanged"], "the refused orchestrator changed the sweep dir")
+    t.expect(r["resumed"].returncode == 0, "the sweep did not resume after the lock was released")
+    print("second orchestrator on the same dir: refused, dir unchanged")
+
+    try:
+        r = F.full_disk(root / "disk")
+        t.faults += 1
+        t.expect(one_line(r["failed"], "No space left on device", str(r["sweep_dir"])), f"full disk: {r['failed'].stderr!r}")
+        lost = r["after"].get("accum1_split1") != r["whole"].get("accum1_split1")
+        t.lost += lost
+        t.expect(not lost and r["counts"][(1, 1)] == 1 and r["resumed"].returncode == 0, "full disk: the finished trial was lost or rerun")
+        print("full disk: one line, nothing torn, resumed without rerunning the finished trial")
+    except F.Unavailable as e:
+        t.skipped.append(f"full disk ({e})")
+
+    try:
+        r = F.read_only_dir(root / "ro")
+        t.faults += 2
+        t.expect(one_line(r["resume"], "cannot write the sweep dir") and one_line(r["fresh"], "cannot write the sweep dir"), "read-only dir: not one clear line")
+        t.expect(r["unchanged"], "read-only dir: files changed")
+        print(f"read-only sweep dir ({r['how']}): resume and a new sweep refused in one line, files unchanged")
+    except F.Unavailable as e:
+        t.skipped.append(f"read-only dir ({e})")
+
+    r = F.torn_record_on_resume(root / "torn")
+    t.faults += 1
+    t.expect(r["resumed"].returncode == 0 and "ignoring" in r["resumed"].stdout and r["counts"] == {(1, 1): 1, (2, 1): 2}, "torn record on resume")
+    print("torn result.json found on resume: reported, that trial rerun, the other reused")
+
+
+def bad_inputs(root: Path, t: Tally) -> None:
+    import test_bad_input as B
+
+    searchpath = root / "searchpath"
+    (searchpath / "sweep").mkdir(parents=True)
+    for name, text in B.BROKEN_FILES.items():
+        (searchpath / "sweep" / name).write_text(text)
+
+    def one(case):
+        name, args, expected = case
+        cwd = root / f"bad_{name}"
+        cwd.mkdir()
+        proc = B.run_case(args, cwd, searchpath)
+        return name, one_line(proc, "sweep: error: ", *expected) and proc.stdout == "" and not any(cwd.iterdir()), proc.stderr
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for name, good, err in pool.map(one, B.CASES):
+            t.bad_inputs += 1
+            t.expect(good, f"bad input {name}: {err.strip()!r}")
+    print(f"bad inputs: {len(B.CASES)} cases, each one line, exit 2, nothing written")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[7, 2024], help="one kill campaign per seed")
+    ap.add_argument("--skip-bad-input", action="store_true")
+    args = ap.parse_args()
+    t = Tally()
+    t0 = time.monotonic()
+    root = Path(tempfile.mkdtemp(prefix="bench_reliability_"))
+    try:
+        for step in (lambda: kills(root / "kills", args.seeds, t), lambda: failing_trials(root / "faults", t), lambda: other_faults(root, t)):
+            try:
+                step()
+            except AssertionError as e:  # a scenario's own precondition failed
+                t.problems.append(f"scenario failed: {e}")
+        if not args.skip_bad_input:
+            bad_inputs(root, t)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print()
+    for s in t.skipped:
+        print(f"skipped: {s}")
+    for p in t.problems:
+        print(f"PROBLEM: {p}")
+    print(f"kills survived: {t.kills}, faults injected: {t.faults}, bad inputs tried: {t.bad_inputs}, results lost: {t.lost}")
+    print(f"({time.monotonic() - t0:.0f}s)")
+    return 1 if t.lost or t.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

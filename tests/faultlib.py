@@ -1,0 +1,515 @@
+"""Fault injection for `python -m sweep`: SIGKILL-and-resume campaigns, failing trials, a lock
+held by another sweep, a full or read-only disk. Shared by tests/test_faults.py and
+bench/bench_reliability.py, which prints the figures the README quotes.
+
+Every sweep here runs the fast fake command tests/fault_train.py (a trial takes about a
+second, no torch) through the real launcher, as a user's sweep would.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+from sweep.ranking import TABLE_COLUMNS
+from sweep.results import ALL_STATUSES, RESULT_FILE, ResultError, read_result
+
+HERE = Path(__file__).resolve().parent
+FAKE = HERE / "fault_train.py"
+RUNNER = HERE / "fault_runner.py"
+
+# The kill campaigns' sweep: 12 trials, 2 at a time, with every finished status but timeout.
+KILL_ACCUMS, KILL_SPLITS = (1, 2, 4, 8, 16, 32), (1, 2)
+KILL_BEHAVIOURS = "4:crash,16:oom,32:silent"
+KILL_DURATION_S = "2.0"
+
+
+class Unavailable(Exception):
+    """This host cannot inject that fault (e.g. no permission to mount a filesystem)."""
+
+
+def command_args(behaviours: str = "", accum=(1, 2), split=(1,), *extra: str) -> list[str]:
+    argv = ",".join(
+        f'"{a}"'
+        for a in (sys.executable, FAKE, "--accum={accum}", "--split={split}", "--global_batch_size={global_batch_size}", f"--behaviours={behaviours}")
+    )
+    return [
+        "workload=command",
+        f"workload.argv=[{argv}]",
+        "global_batch_size=64",
+        "search=grid",
+        "live=false",
+        "accum=" + ",".join(map(str, accum)),
+        "split=" + ",".join(map(str, split)),
+        *extra,
+    ]
+
+
+def sweep_env(ledger: Path | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SWEEP_DEBUG", "HYDRA_FULL_ERROR", "SWEEP_FAULT_SLOW_FSYNC")}
+    env["PYTHONUNBUFFERED"] = "1"
+    if ledger is not None:
+        env["FAULT_LEDGER"] = str(ledger)
+    env.update(extra)
+    return env
+
+
+def start(sweep_dir: Path, args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
+    """The sweep in the background; its stdout/stderr go to files (read them with output()).
+
+    Not pipes: the trial jobs inherit them, so after a SIGKILL a pipe would stay open until
+    the orphaned trials end, and waiting for its end would wait for them."""
+    out_dir = cwd / "orchestrator_output"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n = len(list(out_dir.glob("*.out")))
+    out, err = out_dir / f"{n:03d}.out", out_dir / f"{n:03d}.err"
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen(
+            [sys.executable, str(RUNNER), f"hydra.sweep.dir={sweep_dir}", *args],
+            cwd=cwd, env=env, stdout=o, stderr=e, stdin=subprocess.DEVNULL, text=True,
+        )
+    proc.output_files = (out, err)  # type: ignore[attr-defined]
+    return proc
+
+
+def output(proc: subprocess.Popen) -> tuple[str, str]:
+    """What a finished (or killed) sweep printed so far: its own lines, not its orphans' later ones."""
+    out, err = proc.output_files  # type: ignore[attr-defined]
+    return out.read_text(errors="replace"), err.read_text(errors="replace")
+
+
+def run(sweep_dir: Path, args: list[str], env: dict[str, str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    proc = start(sweep_dir, args, env, cwd)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"sweep still running after {timeout}s:\n" + "\n".join(output(proc))) from None
+    out, err = output(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def table(sweep_dir: Path) -> dict[tuple[int, int], dict[str, str]]:
+    """trials.csv by (accum, split); asserts the file is whole (full header, every row)."""
+    with open(sweep_dir / "trials.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        assert reader.fieldnames == TABLE_COLUMNS, f"trials.csv header: {reader.fieldnames}"
+    for r in rows:
+        assert r["status"] in ALL_STATUSES, r
+        assert None not in r and all(v is not None for v in r.values()), f"short row in trials.csv: {r}"
+    return {(int(r["accum"]), int(r["split"])): r for r in rows}
+
+
+def statuses(sweep_dir: Path) -> dict[tuple[int, int], tuple[str, str]]:
+    return {k: (r["status"], r["oom_phase"]) for k, r in table(sweep_dir).items()}
+
+
+def finished(sweep_dir: Path) -> dict[str, tuple]:
+    """Every result.json, each of which must parse: {trial: what identifies that measurement}."""
+    out = {}
+    for path in sorted(sweep_dir.glob(f"trials/*/{RESULT_FILE}")):
+        try:
+            res = read_result(path)
+        except ResultError as e:
+            raise AssertionError(f"torn result file after a kill: {e}") from None
+        # Not log/job_id: the sweep fills those into the trial's own record when it lands.
+        out[path.parent.name] = (res.status, res.started_at, res.finished_at, res.throughput, tuple(res.step_times_s))
+    return out
+
+
+def check_whole(sweep_dir: Path, rows: int) -> dict[str, tuple]:
+    """After a kill: what is there parses, whole. Returns the finished results."""
+    if (sweep_dir / "trials.csv").exists():
+        assert len(table(sweep_dir)) == rows
+    if (sweep_dir / "sweep.json").exists():
+        assert json.loads((sweep_dir / "sweep.json").read_text())["state"] in ("running", "done", "interrupted")
+    if (sweep_dir / "recommendation.yaml").exists():
+        assert "flags" in yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
+    return finished(sweep_dir)
+
+
+def ledger_counts(ledger: Path) -> Counter:
+    if not ledger.exists():
+        return Counter()
+    return Counter(tuple(map(int, line.split()[:2])) for line in ledger.read_text().splitlines() if line.strip())
+
+
+def stop_leftover_jobs(sweep_dir: Path) -> int:
+    """SIGKILL what this sweep's local jobs left running (a controller killed before its
+    pickle landed waits a minute for it); returns how many jobs were still alive."""
+    from sweep import backends
+
+    alive = 0
+    for job_dir in sweep_dir.glob(".submitit/*"):
+        if not job_dir.name.isdigit() or not backends._local_job_alive(int(job_dir.name)):
+            continue
+        alive += 1
+        tasks, groups = backends._local_tree(int(job_dir.name))
+        for pgid in groups:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in [int(job_dir.name), *tasks]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    return alive
+
+
+# -- SIGKILL and resume ----------------------------------------------------------------------------
+
+# Kill moments: "early" (a random instant in the first second: start-up, the first submissions),
+# "uniform" (a random instant of a sweep's lifetime), or "write:NAME" (while the orchestrator is
+# writing NAME: its temp file exists, the rename has not happened; the disk is made slow for it).
+KILL_MOMENTS = (
+    "early", "early", "write:sweep.json", "write:job.json", "uniform", "write:trials.csv", "write:result.json",
+    "uniform", "write:trials.csv", "early", "write:job.json", "uniform", "write:trials.csv", "uniform",
+    "write:result.json", "uniform",
+)
+SLOW_WRITE_S = 0.25
+UNIFORM_WINDOW_S = 2.0
+
+
+@dataclass
+class Campaign:
+    kills: int = 0  # SIGKILLs that hit a live orchestrator, each followed by a check and a resume
+    moments: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # finished results that disappeared or changed
+    reruns: list[str] = field(default_factory=list)  # trials whose command started more than once
+    checks: int = 0
+    final: dict = field(default_factory=dict)  # (accum, split) -> (status, oom_phase)
+    wall_s: float = 0.0
+
+
+def kill_sweep_args(*extra: str) -> list[str]:
+    return command_args(KILL_BEHAVIOURS, KILL_ACCUMS, KILL_SPLITS, "max_in_flight=2", "trial.time_limit_s=60", *extra)
+
+
+def reference_sweep(root: Path) -> tuple[dict, float]:
+    """The same sweep, uninterrupted: its statuses and wall time."""
+    sweep_dir, ledger = root / "reference", root / "reference.ledger"
+    t0 = time.monotonic()
+    proc = run(sweep_dir, kill_sweep_args(), sweep_env(ledger, FAULT_DURATION_S=KILL_DURATION_S), root)
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(n == 1 for n in ledger_counts(ledger).values())
+    return statuses(sweep_dir), wall
+
+
+def _wait_for_temp(proc: subprocess.Popen, sweep_dir: Path, name: str, deadline: float) -> bool:
+    pattern = f".{name}.*.tmp"
+    where = [sweep_dir] if name in ("trials.csv", "sweep.json", "recommendation.yaml") else None
+    seen_before = set(map(str, _temps(sweep_dir, pattern, where)))  # stale ones from earlier kills
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(str(p) not in seen_before for p in _temps(sweep_dir, pattern, where)):
+            return True
+        time.sleep(0.003)
+    return False
+
+
+def _temps(sweep_dir: Path, pattern: str, where: list[Path] | None) -> list[Path]:
+    if where is not None:
+        return [p for d in where for p in d.glob(pattern)]
+    return list(sweep_dir.glob(f"trials/*/{pattern}"))
+
+
+def kill_campaign(root: Path, seed: int, reference: dict, reference_wall_s: float, moments=KILL_MOMENTS, log=print) -> Campaign:
+    """SIGKILL one sweep at each moment in turn, checking the sweep dir after every kill and
+    resuming it each time; then let it finish. Compares everything with the reference."""
+    rng = random.Random(seed)
+    sweep_dir, ledger = root / f"killed_{seed}", root / f"killed_{seed}.ledger"
+    args = kill_sweep_args()
+    rows = len(reference)
+    camp = Campaign()
+    t_start = time.monotonic()
+    seen: dict[str, tuple] = {}
+
+    def check(after: str) -> None:
+        nonlocal seen
+        now = check_whole(sweep_dir, rows)
+        camp.checks += 1
+        for key, fingerprint in seen.items():
+            if key not in now:
+                camp.lost.append(f"{key} (after {after})")
+            elif now[key] != fingerprint:
+                camp.lost.append(f"{key} changed (after {after}): {fingerprint} -> {now[key]}")
+        seen = {**seen, **now}
+        for pair, n in ledger_counts(ledger).items():
+            if n > 1 and str(pair) not in camp.reruns:
+                camp.reruns.append(str(pair))
+
+    for moment in moments:
+        extra = {}
+        if moment.startswith("write:"):
+            extra["SWEEP_FAULT_SLOW_FSYNC"] = f"{moment.split(':', 1)[1]}:{SLOW_WRITE_S}"
+        proc = start(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S=KILL_DURATION_S, **extra), root)
+        t0 = time.monotonic()
+        if moment == "early":
+            time.sleep(rng.uniform(0.05, 1.0))
+            hit = proc.poll() is None
+        elif moment == "uniform":
+            # Anywhere in the next few seconds: as each resumed run goes on from where the last
+            # was killed, these instants fall all over the sweep's lifetime.
+            time.sleep(rng.uniform(0.1, UNIFORM_WINDOW_S))
+            hit = proc.poll() is None
+        else:
+            hit = _wait_for_temp(proc, sweep_dir, moment.split(":", 1)[1], t0 + reference_wall_s + 10)
+        if not hit:  # the sweep finished first: nothing left to interrupt
+            proc.wait(timeout=120)
+            assert proc.returncode == 0, "\n".join(output(proc))
+            log(f"  seed {seed}: sweep finished before the {moment} kill")
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        camp.kills += 1
+        camp.moments.append(f"{moment}@{time.monotonic() - t0:.2f}s")
+        check(moment)
+
+    proc = run(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S=KILL_DURATION_S), root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    check("the final run")
+    camp.final = statuses(sweep_dir)
+    counts = ledger_counts(ledger)
+    camp.reruns += [f"{p} never ran" for p in reference if p not in counts]
+    assert json.loads((sweep_dir / "sweep.json").read_text())["state"] == "done"
+    stop_leftover_jobs(sweep_dir)
+    camp.wall_s = time.monotonic() - t_start
+    return camp
+
+
+# -- failing trials ------------------------------------------------------------------------------
+
+# accum -> (behaviour, expected status, expected oom phase, text the reason must contain)
+FAULTS = {
+    1: ("ok", "ok", "", ""),
+    2: ("hang", "timeout", "", "time_limit_s=6"),
+    4: ("crash", "failed", "", "ValueError: bad shard"),
+    8: ("segv", "failed", "", "SIGSEGV"),
+    16: ("sigkill", "oom", "", "SIGKILL"),
+    32: ("silent", "failed", "", "printed no throughput"),
+    64: ("truncated", "failed", "", "not valid JSON"),
+    128: ("garbage", "failed", "", "not UTF-8"),
+    256: ("oom", "oom", "joint", "CUDA out of memory"),
+}
+FAULT_TIMINGS = {
+    # (max_in_flight, seconds each trial waits before it does its thing)
+    "all_at_once": ("5", "0"),
+    "staggered": ("2", "0.6"),
+}
+
+
+def fault_sweep(root: Path, timing: str) -> tuple[subprocess.CompletedProcess, Path]:
+    in_flight, delay = FAULT_TIMINGS[timing]
+    sweep_dir = root / f"faults_{timing}"
+    behaviours = ",".join(f"{a}:{b}" for a, (b, *_) in FAULTS.items())
+    args = command_args(behaviours, tuple(FAULTS), (1,), "global_batch_size=256", f"max_in_flight={in_flight}", "trial.time_limit_s=6")
+    proc = run(sweep_dir, args, sweep_env(FAULT_DELAY_S=delay, FAULT_DURATION_S="0.3"), root)
+    return proc, sweep_dir
+
+
+def hang_stopped(sweep_dir: Path, accum: int = 2) -> bool:
+    """The hung command's process is gone (stopped, not left running after the sweep)."""
+    pid_file = sweep_dir / "trials" / f"accum{accum}_split1" / "hang.pid"
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state == "Z":
+                return True
+        except (ProcessLookupError, FileNotFoundError):
+            return True
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)  # do not leave it behind even when the check fails
+    return False
+
+
+# -- another sweep holds the lock ----------------------------------------------------------------
+
+
+def tree_state(path: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def second_orchestrator(root: Path) -> dict:
+    """Sweep A runs (slow trials); B, pointed at the same dir, must refuse and write nothing.
+    A is paused while B runs, so any change in the dir would be B's. Then A is interrupted and
+    B, run again, resumes the sweep to the end."""
+    sweep_dir, ledger = root / "shared", root / "shared.ledger"
+    args = command_args("", (1, 2, 4), (1,), "max_in_flight=2")
+    a = start(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="30"), root)
+    try:
+        deadline = time.monotonic() + 60
+        while len(ledger_counts(ledger)) < 2:  # both first trials' commands are running
+            assert a.poll() is None and time.monotonic() < deadline, "sweep A did not start its trials"
+            time.sleep(0.05)
+        os.kill(a.pid, signal.SIGSTOP)
+        try:
+            before = tree_state(sweep_dir)
+            b = run(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="0.2"), root, timeout=60)
+            b_resume = run(sweep_dir, [f"resume={sweep_dir}"], sweep_env(ledger, FAULT_DURATION_S="0.2"), root, timeout=60)
+            after = tree_state(sweep_dir)
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+        a.send_signal(signal.SIGINT)  # Ctrl-C: A cancels its trials and says how to resume
+        a.wait(timeout=60)
+        a_out, a_err = output(a)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    resumed = run(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="0.2"), root)
+    stop_leftover_jobs(sweep_dir)
+    return dict(b=b, b_resume=b_resume, unchanged=before == after, a=(a.returncode, a_out, a_err), resumed=resumed, sweep_dir=sweep_dir)
+
+
+# -- a full disk, a read-only sweep dir ----------------------------------------------------------
+
+
+@contextmanager
+def small_filesystem(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` at path (root only): Unavailable where it cannot be mounted."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        raise Unavailable("mounting a small filesystem needs root on Linux")
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)], capture_output=True, text=True)
+    if done.returncode:
+        raise Unavailable(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode})")
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill(path: Path) -> Path:
+    filler = path / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    # Whatever little is left (less than a block): gone too.
+    for i in range(64):
+        try:
+            with open(path / f"filler{i}", "wb") as g:
+                g.write(b"\0" * 4096)
+                g.flush()
+                os.fsync(g.fileno())
+        except OSError:
+            break
+    return filler
+
+
+def full_disk(root: Path) -> dict:
+    """The disk fills while a trial runs: one clear line, nothing torn; after space is freed,
+    a resume finishes the sweep without rerunning what had finished."""
+    with small_filesystem(root / "disk", "8m") as disk:
+        sweep_dir, ledger = disk / "s", root / "disk.ledger"
+        args = command_args("", (1, 2, 4), (1,), "max_in_flight=1")
+        proc = start(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="1.5"), root)
+        deadline = time.monotonic() + 60
+        while not (sweep_dir / "trials" / "accum1_split1" / RESULT_FILE).exists() or len(ledger_counts(ledger)) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "the first trial did not finish"
+            time.sleep(0.05)
+        for p in disk.glob("filler*"):
+            p.unlink()
+        fill(disk)
+        proc.wait(timeout=60)
+        failed = subprocess.CompletedProcess(proc.args, proc.returncode, *output(proc))
+        whole = check_whole(sweep_dir, 3)
+        for p in disk.glob("filler*"):
+            p.unlink()
+        resumed = run(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="0.2"), root)
+        after = finished(sweep_dir)
+        final = statuses(sweep_dir)
+        stop_leftover_jobs(sweep_dir)
+        return dict(failed=failed, whole=whole, resumed=resumed, after=after, final=final,
+                    counts=ledger_counts(ledger), sweep_dir=sweep_dir)
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[str]:
+    """Make `path` (the root of a small_filesystem) read-only; yields how."""
+    if os.geteuid() == 0:
+        done = subprocess.run(["mount", "-o", "remount,ro", str(path)], capture_output=True, text=True)
+        if done.returncode:
+            raise Unavailable(f"cannot remount read-only ({done.stderr.strip()})")
+        try:
+            yield "read-only mount"
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(path)], capture_output=True)
+    else:
+        modes = {p: p.stat().st_mode for p in [path, *path.rglob("*")] if p.is_dir()}
+        for p in modes:
+            p.chmod(0o555)
+        try:
+            yield "chmod a-w"
+        finally:
+            for p, mode in modes.items():
+                p.chmod(mode)
+
+
+def read_only_dir(root: Path) -> dict:
+    """A finished sweep whose dir turned read-only: resuming it, or starting a new sweep there,
+    fails in one line naming the dir, and every file is as it was."""
+    args = command_args("", (1, 2), (1,), "max_in_flight=2")
+    ledger = root / "ro.ledger"
+
+    def body(base: Path) -> dict:
+        sweep_dir = base / "s"
+        first = run(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="0.2"), root)
+        assert first.returncode == 0, first.stdout + first.stderr
+        stop_leftover_jobs(sweep_dir)
+        before = {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()}
+        with read_only(base) as how:
+            resume = run(sweep_dir, args, sweep_env(ledger), root, timeout=60)
+            fresh = run(base / "new", args, sweep_env(ledger), root, timeout=60)
+        after = {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()}
+        return dict(how=how, resume=resume, fresh=fresh, unchanged=before == after, sweep_dir=sweep_dir,
+                    new_dir=base / "new", counts=ledger_counts(ledger))
+
+    if os.geteuid() == 0:
+        with small_filesystem(root / "ro", "8m") as base:
+            return body(base)
+    (root / "ro").mkdir()
+    return body(root / "ro")
+
+
+# -- a torn record found on resume ---------------------------------------------------------------
+
+
+def torn_record_on_resume(root: Path) -> dict:
+    """A finished trial's result.json is cut in half at rest: the resumed sweep says so,
+    runs that trial again (never treats it as ok), and reuses the others."""
+    sweep_dir, ledger = root / "torn", root / "torn.ledger"
+    args = command_args("", (1, 2), (1,), "max_in_flight=2")
+    first = run(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="0.2"), root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    path = sweep_dir / "trials" / "accum2_split1" / RESULT_FILE
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+    resumed = run(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="0.2"), root)
+    stop_leftover_jobs(sweep_dir)
+    return dict(resumed=resumed, path=path, final=statuses(sweep_dir), counts=ledger_counts(ledger))

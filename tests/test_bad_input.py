@@ -1,0 +1,185 @@
+"""Bad input, table-driven: every case ends with one line on stderr that names the bad value and
+what would be valid, exit status 2, no traceback, and nothing written (no sweep dir, no outputs/).
+
+The cases run as real `python -m sweep` processes, all at once in a module fixture (a few per
+core), each in an empty working directory of its own; each test then checks its case.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+FAULT = Path(__file__).with_name("fault_train.py")
+
+# A sweep config group of broken files, found through hydra.searchpath (never under conf/ or sweeps/).
+BROKEN_FILES = {
+    "unclosed_quote.yaml": 'workload:\n  argv: [python, "--x\n  bad: [1, 2\n',
+    "unclosed_list.yaml": "# @package _global_\nglobal_batch_size: [64\n",
+    "tab_indent.yaml": "# @package _global_\ntrial:\n\ttime_limit_s: 5\n",
+    "wrong_type.yaml": "# @package _global_\ntrial:\n  time_limit_s: soon\n",
+    "unknown_key.yaml": "# @package _global_\ntrial:\n  timelimit: 5\n",
+    "bad_regex.yaml": (
+        "# @package _global_\ndefaults:\n  - override /workload: command\n"
+        'workload:\n  argv: [python]\n  parser:\n    type: regex\n    pattern: "("\n'
+    ),
+}
+
+
+def argv(*parts: str) -> str:
+    """A workload.argv override: a quoted list, as the shell would pass it."""
+    return "workload.argv=[" + ",".join(f'"{p}"' for p in parts) + "]"
+
+
+FAKE = argv(sys.executable, str(FAULT), "--accum={accum}", "--split={split}", "--global_batch_size={global_batch_size}")
+
+
+def cmd(*extra: str, command: str = FAKE) -> list[str]:
+    """The fast fake command as the workload: a case that wrongly passes runs seconds, not minutes."""
+    return ["workload=command", command, "global_batch_size=64", "search=grid", "trial.time_limit_s=20", *extra]
+
+
+def broken(name: str) -> list[str]:
+    return ["hydra.searchpath=[file://{SEARCHPATH}]", f"+sweep={name}"]
+
+
+# (case id, arguments, what stderr must contain: the bad value and the hint of what is valid)
+CASES: list[tuple[str, list[str], list[str]]] = [
+    # -- malformed YAML and overrides
+    ("yaml_unclosed_quote", broken("unclosed_quote"), ["unclosed_quote.yaml, line 4", "malformed YAML", "from line 2", "fix that file"]),
+    ("yaml_unclosed_list", broken("unclosed_list"), ["unclosed_list.yaml, line", "malformed YAML", "expected ',' or ']'"]),
+    ("yaml_tab_indent", broken("tab_indent"), ["tab_indent.yaml, line 3", "malformed YAML", "tab"]),
+    ("yaml_wrong_type", broken("wrong_type"), ["sweep/wrong_type", "trial.time_limit_s", "'soon'", "Float"]),
+    ("yaml_unknown_key", broken("unknown_key"), ["timelimit", "valid keys under trial", "time_limit_s"]),
+    ("yaml_bad_regex", broken("bad_regex"), ["'('", "does not compile"]),
+    ("override_unparsable", cmd("accum=[1,2"), ["'accum=[1,2'", "a list is [a,b]"]),
+    ("override_unquoted_braces", ["workload=command", "workload.argv=[python,--x={accum}]"], ["workload.argv=[python,--x={accum}]", "quote values"]),
+    # -- unknown config group, option or key
+    ("unknown_sweep_file", cmd("+sweep=nosuch"), ["sweep/nosuch", "builtin_command", "rnnt_base"]),
+    ("unknown_machine", cmd("+machine=nosuch"), ["machine/nosuch", "a100x8", "cpu2", "local"]),
+    ("unknown_search", cmd("search=nosuch"), ["search/nosuch", "grid", "powers", "staircase"]),
+    ("unknown_workload", ["workload=nosuch"], ["workload/nosuch", "command", "rnnt"]),
+    ("unknown_launcher", cmd("hydra/launcher=nosuch"), ["hydra/launcher/nosuch", "submitit_local", "submitit_slurm"]),
+    ("unknown_group_added", cmd("+nosuchgroup=x"), ["nosuchgroup", "valid keys: global_batch_size"]),
+    ("unknown_key", cmd("nosuch_key=1"), ["nosuch_key", "valid keys: global_batch_size"]),
+    ("unknown_trial_key", cmd("trial.time_limit=60"), ["trial.time_limit", "valid keys under trial", "time_limit_s"]),
+    ("unknown_trial_key_added", cmd("+trial.time_limit=60"), ["trial.time_limit", "valid keys under trial", "time_limit_s"]),
+    ("unknown_machine_key", cmd("machine.gpus=8"), ["machine.gpus", "valid keys under machine", "num_devices"]),
+    ("unknown_workload_key", cmd("workload.args=[x]"), ["workload.args", "valid keys under workload", "argv"]),
+    ("env_without_plus", cmd("workload.env.X=1"), ["workload.env.X", "+workload.env.X="]),
+    # -- wrong types
+    ("gbs_text", cmd("global_batch_size=abc"), ["'abc'", "Integer"]),
+    ("gbs_fraction", cmd("global_batch_size=6.5"), ["'6.5'", "Integer"]),
+    ("time_limit_text", cmd("trial.time_limit_s=abc"), ["trial.time_limit_s", "'abc'", "Float"]),
+    ("max_in_flight_text", cmd("max_in_flight=x"), ["max_in_flight", "'x'", "Integer"]),
+    ("live_not_bool", cmd("live=maybe"), ["live", "'maybe'", "bool"]),
+    ("num_devices_text", cmd("machine.num_devices=two"), ["machine.num_devices", "'two'", "Integer"]),
+    # -- batch sizes
+    ("gbs_zero", cmd("global_batch_size=0"), ["global_batch_size=0", "positive integer"]),
+    ("gbs_negative", cmd("global_batch_size=-64"), ["global_batch_size=-64", "positive integer"]),
+    ("accum_zero", cmd("accum=0"), ["accum=0", "positive integer"]),
+    ("accum_negative", cmd("accum=-2"), ["accum=-2", "positive integer"]),
+    ("accum_fraction", cmd("accum=1.5"), ["accum=1.5", "positive integer"]),
+    ("accum_text", cmd("accum=x"), ["accum='x'", "positive integer"]),
+    ("accum_one_bad_of_many", cmd("accum=1,2,0"), ["accum=0", "positive integer"]),
+    ("split_zero", cmd("split=0"), ["split=0", "positive integer"]),
+    ("split_negative", cmd("split=-1"), ["split=-1", "positive integer"]),
+    ("split_fraction", cmd("split=2.5"), ["split=2.5", "positive integer"]),
+    ("gbs_not_divisible_by_devices", cmd("machine.num_devices=3"), ["global_batch_size=64", "num_devices=3", "multiple of 3"]),
+    ("gbs_not_divisible_cpu2", cmd("+machine=cpu2", "global_batch_size=63"), ["global_batch_size=63", "num_devices=2", "multiple of 2"]),
+    ("swept_fixed_knob", cmd("global_batch_size=32,64"), ["global_batch_size=32,64", "only accum and split can be swept"]),
+    ("split_without_splits", cmd("workload.splits_apply=false", "split=2"), ["split", "splits_apply=false", "drop split="]),
+    # -- empty candidate space
+    ("empty_accum_list", cmd("accum=[]"), ["accum= is empty", "accum=1,2,4"]),
+    ("no_valid_pair_indivisible", cmd("accum=3", "split=1"), ["accum=3", "no valid (accum, split) pair", "divisors of 64"]),
+    ("no_valid_pair_too_big", cmd("accum=128"), ["accum=128", "no valid (accum, split) pair", "divisors of 64"]),
+    # -- machine
+    ("unknown_device", cmd("machine.device=tpu"), ["machine.device='tpu'", "cpu, cuda"]),
+    ("zero_devices", cmd("machine.num_devices=0"), ["machine.num_devices=0", "positive integer"]),
+    ("devices_not_split_over_nodes", cmd("machine.nodes=3", "machine.num_devices=4"), ["machine.num_devices=4", "machine.nodes=3"]),
+    ("negative_memory", cmd("machine.memory_gib=-1"), ["machine.memory_gib=-1", "positive number of GiB"]),
+    # -- trial and search knobs
+    ("measure_steps_zero", cmd("trial.measure_steps=0"), ["trial.measure_steps=0", "positive integer"]),
+    ("warmup_negative", cmd("trial.warmup_steps=-1"), ["trial.warmup_steps=-1", "integer >= 0"]),
+    ("time_limit_zero", cmd("trial.time_limit_s=0"), ["trial.time_limit_s=0", "positive number of seconds"]),
+    ("max_trials_zero", cmd("search.max_trials=0"), ["search.max_trials=0", "positive integer"]),
+    ("max_in_flight_zero", cmd("max_in_flight=0"), ["max_in_flight=0", "positive integer"]),
+    # -- the command workload: parser, template, executable
+    ("unknown_parser", cmd("workload.parser.type=csv"), ["parser.type='csv'", "jsonl, myrtle, regex"]),
+    ("parser_missing_pattern", cmd("workload.parser.type=regex"), ["parser.type='regex'", "needs pattern"]),
+    ("unknown_placeholder", cmd(command=argv("python", "--x={nope}")), ["{nope}", "valid placeholders are {accum}"]),
+    ("placeholder_format_spec", cmd(command=argv("python", "--x={accum:>5}")), ["{accum:>5}", "valid placeholders are"]),
+    ("placeholder_conversion", cmd(command=argv("python", "--x={accum!r}")), ["{accum!r}", "valid placeholders are"]),
+    ("missing_executable", cmd(command=argv("no-such-trainer-xyz")), ["'no-such-trainer-xyz'", "not an executable on PATH", "full path"]),
+    ("missing_executable_path", cmd(command=argv("/nonexistent/bin/train")), ["'/nonexistent/bin/train'", "not an executable"]),
+    ("empty_command", cmd(command="workload.argv=[]"), ["workload.argv is empty", "e.g. [python, train.py"]),
+    # -- resume
+    ("resume_not_a_sweep", ["resume=/nonexistent/sweep"], ["resume=/nonexistent/sweep", "not a sweep dir", "outputs/latest"]),
+]
+
+
+def run_case(args: list[str], cwd: Path, searchpath: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("SWEEP_DEBUG", "HYDRA_FULL_ERROR")}
+    env.update(PYTHONUNBUFFERED="1", **(env_extra or {}))
+    args = [a.replace("{SEARCHPATH}", str(searchpath)) for a in args]
+    return subprocess.run(
+        [sys.executable, "-m", "sweep", f"hydra.sweep.dir={cwd / 'sweep_dir'}", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="module")
+def searchpath(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("searchpath")
+    (root / "sweep").mkdir()
+    for name, text in BROKEN_FILES.items():
+        (root / "sweep" / name).write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory, searchpath):
+    """Every case run once, a few at a time: {case id: (process, its working dir)}."""
+    dirs = {case: tmp_path_factory.mktemp(f"bad_{case}") for case, _, _ in CASES}
+
+    def one(case_args):
+        case, args = case_args
+        return case, run_case(args, dirs[case], searchpath)
+
+    with ThreadPoolExecutor(max_workers=max(2, 2 * (os.cpu_count() or 1))) as pool:
+        done = dict(pool.map(one, [(case, args) for case, args, _ in CASES]))
+    return {case: (done[case], dirs[case]) for case in done}
+
+
+def test_the_table_is_big_enough():
+    assert len(CASES) >= 30
+    assert len({case for case, _, _ in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case, args, expected", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gives_one_clear_line_and_writes_nothing(outcomes, case, args, expected):
+    proc, cwd = outcomes[case]
+    where = f"args={args}\nstdout={proc.stdout!r}\nstderr={proc.stderr!r}"
+    assert proc.returncode == 2, where
+    assert "Traceback" not in proc.stderr + proc.stdout, where
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and proc.stderr.endswith("\n"), where
+    assert lines[0].startswith("sweep: error: "), where
+    for text in expected:
+        assert text in lines[0], f"{text!r} missing; {where}"
+    assert proc.stdout == "", where
+    # Nothing written: no sweep dir, no outputs/ or .hydra/ in the working directory.
+    assert sorted(p.name for p in cwd.iterdir()) == [], where
+
+
+def test_sweep_debug_shows_the_traceback(tmp_path, searchpath):
+    proc = run_case(cmd("global_batch_size=0"), tmp_path, searchpath, {"SWEEP_DEBUG": "1"})
+    assert proc.returncode != 0
+    assert "Traceback (most recent call last)" in proc.stderr
+    assert "SweepError: global_batch_size=0 is not valid" in proc.stderr
+    assert not (tmp_path / "sweep_dir").exists()
