@@ -26,8 +26,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 import pytest
 
@@ -165,3 +166,15 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
             yield cluster
     finally:
         stop_cluster(cluster)
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 0.25) -> Any:
+    """Poll check() until it returns something truthy; fail naming what never happened."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

@@ -8,10 +8,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import cloudpickle
 import pytest
+from slurm_cluster import wait_until
 import submitit
 
 pytestmark = pytest.mark.slurm
@@ -23,15 +24,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 WAIT_S = 60
 
 
-def _wait_until(what: str, check: Callable[[], object], timeout: float = WAIT_S, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+def _wait_until(what: str, check: Callable[[], Any], timeout: float = WAIT_S, interval: float = 0.5) -> Any:
+    return wait_until(what, check, timeout, interval)
 
 
 def _sacct_state(job_id: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import cloudpickle
 import pytest
+from slurm_cluster import wait_until
 
 from sbatch_golden import CASES, compose_plan, golden_path, normalise, sbatch_text, update_requested, write_all
 from sweep_run import TINY, run_sweep
@@ -93,14 +94,7 @@ def _slurm_args(cluster: Any, *extra: str) -> list[str]:
 
 
 def _wait_until(what: str, check: Callable[[], Any], timeout: float = WAIT_S, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return wait_until(what, check, timeout, interval)
 
 
 def _sacct(job_id: str, fields: str = "State") -> list[str]:

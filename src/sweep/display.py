@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from .results import TrialResult
 
 # (header, column, format) for the printed table; the CSV keeps every column.
 _SHOWN = [
@@ -121,3 +124,30 @@ class Display:
         for line in summary:
             print(line, file=self.stream)
         self.stream.flush()
+
+
+def landed_line(res: TrialResult) -> str:
+    head = f"accum={res.accum} split={res.split}: {res.status}"
+    if res.status == "ok" and res.throughput:
+        peak = f", peak {res.peak_mem_gib:.3g} GiB" if res.peak_mem_gib is not None else ""
+        return f"{head} {res.throughput:.1f} samples/s [{res.throughput_low:.1f}, {res.throughput_high:.1f}]{peak}"
+    phase = f" in {res.oom_phase}" if res.oom_phase else ""
+    log = f" (log {res.log})" if res.log and res.log not in res.error else ""
+    return f"{head}{phase}: {res.error}{log}"
+
+
+def scaling_lines(results: dict[str, TrialResult]) -> list[str]:
+    """The tuning playbook's check: doubling the batch should nearly double throughput."""
+    from .strategies import SCALING_FLAG_RATIO, scaling_report
+
+    lines = ["scaling (fastest pair per per-device batch):"]
+    for step in scaling_report(results):
+        verdict = step["note"] or "keeps pace"
+        lines.append(
+            f"  per_device_batch {step['per_device_batch_from']} -> {step['per_device_batch_to']}: "
+            f"{step['throughput_ratio']:.2f}x throughput ({verdict})"
+        )
+    if len(lines) == 1:
+        lines.append("  fewer than two per-device batch sizes ran ok")
+    lines.append(f"  (bar: {SCALING_FLAG_RATIO}x per doubling)")
+    return lines

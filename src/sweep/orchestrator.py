@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import signal
 import sys
 import time
@@ -22,10 +21,10 @@ from typing import Any
 import yaml
 
 from . import backends
-from .display import Display, format_table
+from .display import Display, format_table, landed_line, scaling_lines
 from .plan import SweepError, SweepPlan, make_plan
 from .ranking import build_table, recommendation, recommendation_line, table_csv
-from .results import CANCELLED, OK, TrialResult, atomic_write_text, collect_results, now_iso, trial_dir
+from .results import CANCELLED, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
 from .space import Candidate
 from .workloads.command import PROGRESS_FILE
 
@@ -155,7 +154,7 @@ class Orchestrator:
             self.free_gpus = backends.gpu_groups(torch.cuda.device_count(), plan.meta.num_devices)
         self._reattach()
         self._write_meta("running")
-        _point_latest(plan.sweep_dir)
+        point_latest(plan.sweep_dir)
         reused = len(self.results)
         self.display.log(
             f"sweep {plan.meta.sweep_id}: {plan.meta.machine}, global_batch_size={plan.meta.global_batch_size}, "
@@ -231,7 +230,7 @@ class Orchestrator:
                 self.free_gpus.append(f.gpus)
             self.results[key] = res
             landed += 1
-            self.display.log(_landed_line(res))
+            self.display.log(landed_line(res))
         return landed
 
     def _load_finished(self) -> None:
@@ -343,7 +342,7 @@ class Orchestrator:
         if rec is not None:
             summary.append(f"flags: {rec['flags']}")
         if self.plan.search == "powers":
-            summary += _scaling_lines(self.results)
+            summary += scaling_lines(self.results)
         summary.append(f"results: {self.plan.sweep_dir / TABLE_FILE}")
         self.display.final(rows, summary)
         return 0 if rec is not None else 1
@@ -372,35 +371,8 @@ class Orchestrator:
         return 130
 
 
-def _scaling_lines(results: dict[str, TrialResult]) -> list[str]:
-    """The tuning playbook's check: doubling the batch should nearly double throughput."""
-    from .strategies import SCALING_FLAG_RATIO, scaling_report
-
-    lines = ["scaling (fastest pair per per-device batch):"]
-    for step in scaling_report(results):
-        verdict = step["note"] or "keeps pace"
-        lines.append(
-            f"  per_device_batch {step['per_device_batch_from']} -> {step['per_device_batch_to']}: "
-            f"{step['throughput_ratio']:.2f}x throughput ({verdict})"
-        )
-    if len(lines) == 1:
-        lines.append("  fewer than two per-device batch sizes ran ok")
-    lines.append(f"  (bar: {SCALING_FLAG_RATIO}x per doubling)")
-    return lines
-
-
 def _raise_interrupted(signum: int, frame: Any) -> None:
     raise Interrupted()
-
-
-def _landed_line(res: TrialResult) -> str:
-    head = f"accum={res.accum} split={res.split}: {res.status}"
-    if res.status == OK and res.throughput:
-        peak = f", peak {res.peak_mem_gib:.2f} GiB" if res.peak_mem_gib is not None else ""
-        return f"{head} {res.throughput:.1f} samples/s [{res.throughput_low:.1f}, {res.throughput_high:.1f}]{peak}"
-    phase = f" in {res.oom_phase}" if res.oom_phase else ""
-    log = f" (log {res.log})" if res.log and res.log not in res.error else ""
-    return f"{head}{phase}: {res.error}{log}"
 
 
 def _remove_stale_temp_files(sweep_dir: Path) -> None:
@@ -416,16 +388,3 @@ def _remove_stale_temp_files(sweep_dir: Path) -> None:
             path.unlink()
         except OSError:
             pass
-
-
-def _point_latest(sweep_dir: Path) -> None:
-    """<parent>/latest -> this sweep, swapped atomically so readers never see it missing."""
-    link = sweep_dir.parent / "latest"
-    tmp = sweep_dir.parent / f".latest.{os.getpid()}"
-    try:
-        if tmp.is_symlink():
-            tmp.unlink()
-        tmp.symlink_to(sweep_dir.name)
-        os.replace(tmp, link)
-    except OSError:
-        pass  # a convenience link is not worth failing a sweep over

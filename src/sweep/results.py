@@ -162,3 +162,16 @@ def collect_results(sweep_dir: Path, errors: dict[str, str] | None = None) -> di
             continue
         out[res.key] = res
     return out
+
+
+def point_latest(sweep_dir: Path) -> None:
+    """<parent>/latest -> this sweep, swapped atomically so readers never see it missing."""
+    link = sweep_dir.parent / "latest"
+    tmp = sweep_dir.parent / f".latest.{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(sweep_dir.name)
+        os.replace(tmp, link)
+    except OSError:
+        pass  # a convenience link is not worth failing a sweep over
