@@ -63,7 +63,9 @@ def main():
         os.kill(os.getpid(), 9)
     if behaviour == "silent":
         return 0
-    train(args, "myrtle_new" if behaviour == "slow" else behaviour)
+    train(args, "myrtle_new" if behaviour in ("slow", "then_hang") else behaviour)
+    if behaviour == "then_hang":
+        time.sleep(3600)  # a long training run: the sweep has what it needs and stops it
     return 0
 
 

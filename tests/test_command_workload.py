@@ -122,3 +122,14 @@ def test_a_slow_trial_does_not_delay_the_report_of_a_fast_one(tmp_path):
     assert seen == {1: "running", 2: "ok"}, out
     assert proc.returncode == 0
     assert rows_by_accum(sweep_dir)[1]["status"] == "ok"
+
+
+def test_a_trial_stops_once_its_measurement_is_good_enough(tmp_path):
+    """parser.stop_after: once that many post-warm-up figures are in, the command is stopped, ok."""
+    sweep_dir = tmp_path / "s"
+    extra = ["accum=1", "split=1", "+workload.parser.stop_after=1", "trial.time_limit_s=60"]
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *command_args("1:then_hang", extra=extra)], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    row = rows_by_accum(sweep_dir)[1]
+    assert row["status"] == "ok" and float(row["throughput_samples_per_s"]) == pytest.approx(1100.0)
+    assert float(row["wall_s"]) < 30  # stopped long before the hour-long "run" or the time limit
