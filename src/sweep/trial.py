@@ -8,7 +8,6 @@ outcome (ok with throughput, oom with the phase, or failed) atomically in
 
 from __future__ import annotations
 
-import datetime
 import os
 import socket
 import sys
@@ -21,16 +20,12 @@ import torch.distributed as dist
 
 from sweep.config import RNNTWorkloadConfig
 from sweep.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
-from sweep.results import FAILED, OK, OOM, TrialResult, write_result
+from sweep.results import FAILED, OK, OOM, TrialResult, now_iso, write_result
 from sweep.stats import throughput_summary
 from sweep.workloads.rnnt import RNNTWorkload
 
 GIB = 1024**3
 _startup_counted = False  # whether an earlier run_trial in this process already counted start-up
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _process_age_s() -> Optional[float]:
@@ -91,7 +86,7 @@ def _init_distributed(num_devices: int, backend: str) -> tuple[int, int, int]:
 def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one (accum, split) trial as `spec` says; rank 0 writes the result record. Returns it as a dict."""
     global _startup_counted
-    started_at, t_start = _now(), time.perf_counter()
+    started_at, t_start = now_iso(), time.perf_counter()
     # A job process runs one trial: its interpreter and torch start-up belong to it.
     startup_s = 0.0 if _startup_counted else (_process_age_s() or 0.0)
     _startup_counted = True
@@ -172,7 +167,7 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
             result.error = f"out of memory before the first step (the model does not fit): {result.error}"
     if peak is not None:
         result.peak_mem_gib = peak.peak_bytes() / GIB
-    result.finished_at = _now()
+    result.finished_at = now_iso()
     result.wall_s = startup_s + time.perf_counter() - t_start
     if result.status == OK:
         say(
