@@ -2,7 +2,7 @@
 held by another sweep, a full or read-only disk. Shared by tests/test_faults.py and
 bench/bench_reliability.py, which prints the figures the README quotes.
 
-Every sweep here runs the fast fake command tests/fault_train.py (a trial takes about a
+Every sweep here runs the fast fake command tests/fake_train.py (a trial takes about a
 second, no torch) through the real launcher, as a user's sweep would.
 """
 
@@ -28,7 +28,7 @@ from sweep.ranking import TABLE_COLUMNS
 from sweep.results import ALL_STATUSES, RESULT_FILE, ResultError, read_result
 
 HERE = Path(__file__).resolve().parent
-FAKE = HERE / "fault_train.py"
+FAKE = HERE / "fake_train.py"
 RUNNER = HERE / "fault_runner.py"
 
 # The kill campaigns' sweep: 12 trials, 2 at a time, with every finished status but timeout.

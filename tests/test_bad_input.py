@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-FAULT = Path(__file__).with_name("fault_train.py")
+FAULT = Path(__file__).with_name("fake_train.py")
 
 # A sweep config group of broken files, found through hydra.searchpath (never under conf/ or sweeps/).
 BROKEN_FILES = {

@@ -22,7 +22,7 @@ def rows_by_accum(sweep_dir):
 
 
 def test_every_outcome_is_classified_and_the_sweep_goes_on(tmp_path):
-    behaviours = "1:oom_joint,2:oom_encoder,4:oom_optimizer,8:hang,16:crash,32:silent,64:killed"
+    behaviours = "1:oom_joint,2:oom_encoder,4:oom_optimizer,8:hang,16:crash,32:silent,64:sigkill"
     sweep_dir = tmp_path / "s"
     extra = ["accum=1,2,4,8,16,32,64", "split=1", "trial.time_limit_s=8", "max_in_flight=2"]
     proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *command_args(behaviours, extra=extra)], cwd=tmp_path)

@@ -2,7 +2,7 @@
 
 SIGKILL the orchestrator at many moments and resume each time; trials that hang, crash, are
 killed by a signal, exit 0 without a result, or leave a torn result file; a second sweep on the
-same dir; a full disk and a read-only sweep dir. Every sweep runs tests/fault_train.py, a fake
+same dir; a full disk and a read-only sweep dir. Every sweep runs tests/fake_train.py, a fake
 training command (about a second a trial), through the real submitit launcher.
 Helpers and scenarios: tests/faultlib.py (bench/bench_reliability.py prints the figures).
 """
