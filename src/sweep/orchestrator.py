@@ -286,7 +286,8 @@ class Orchestrator:
         conf = confidence_score(self.plan.candidates, self.results, done=done)
         return recommendation(self.plan.meta, self.results, conf)
 
-    def _publish(self, done: bool = False) -> dict[str, Any] | None:
+    def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """Rewrite trials.csv (and recommendation.yaml), update the display; the rows and recommendation."""
         rows = self._rows(done)
         atomic_write_text(self.plan.sweep_dir / TABLE_FILE, table_csv(rows))
         rec = self._recommendation(done)
@@ -296,9 +297,8 @@ class Orchestrator:
             if marker != self.last_rec:
                 self.last_rec = marker
                 self.display.log(recommendation_line(rec))
-        finished = sum(1 for r in self.results.values())
-        self.display.update(rows, f"{finished} finished, {len(self.in_flight)} running, {len(self.plan.candidates)} candidates")
-        return rec
+        self.display.update(rows, f"{len(self.results)} finished, {len(self.in_flight)} running, {len(self.plan.candidates)} candidates")
+        return rows, rec
 
     def _write_meta(self, state: str) -> None:
         meta = {
@@ -329,9 +329,8 @@ class Orchestrator:
             return now_iso()
 
     def _finish(self) -> int:
-        rec = self._publish(done=True)
+        rows, rec = self._publish(done=True)
         self._write_meta("done")
-        rows = self._rows(done=True)
         counts = {}
         for r in self.results.values():
             counts[r.status] = counts.get(r.status, 0) + 1
