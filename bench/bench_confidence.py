@@ -1,4 +1,4 @@
-"""Is sweep.confidence calibrated? Simulated sweeps with known truth.
+"""Is sweep.core.confidence calibrated? Simulated sweeps with known truth.
 
 Runs staircase and grid sweeps over randomised synthetic landscapes
 (tests/landscapes.py), scores the confidence after every landed result, and
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from landscapes import random_landscape, run_sweep  # noqa: E402
 
-from sweep.confidence import confidence_score, leader_key  # noqa: E402
-from sweep.strategies import make_strategy  # noqa: E402
+from sweep.core.confidence import confidence_score, leader_key  # noqa: E402
+from sweep.core.strategies import make_strategy  # noqa: E402
 
 BANDS = [(0, 20), (20, 40), (40, 60), (60, 80), (80, 90), (90, 100)]
 STRATEGIES = ("staircase", "grid")

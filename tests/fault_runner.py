@@ -13,7 +13,7 @@ import time
 
 
 def _slow_fsync(name: str, delay_s: float) -> None:
-    import sweep.results as results
+    import sweep.core.schema as results
 
     real = results.os
 
@@ -38,6 +38,6 @@ if __name__ == "__main__":
     if spec:
         name, _, delay = spec.rpartition(":")
         _slow_fsync(name, float(delay))
-    from sweep.__main__ import main
+    from sweep.cli.main import main
 
     sys.exit(main())

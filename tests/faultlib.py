@@ -24,8 +24,8 @@ from typing import Iterator
 
 import yaml
 
-from sweep.ranking import TABLE_COLUMNS
-from sweep.results import ALL_STATUSES, RESULT_FILE, ResultError, read_result
+from sweep.core.ranking import TABLE_COLUMNS
+from sweep.core.schema import ALL_STATUSES, RESULT_FILE, ResultError, read_result
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "fake_train.py"
@@ -152,7 +152,7 @@ def ledger_counts(ledger: Path) -> Counter:
 def stop_leftover_jobs(sweep_dir: Path) -> int:
     """SIGKILL what this sweep's local jobs left running (a controller killed before its
     pickle landed waits a minute for it); returns how many jobs were still alive."""
-    from sweep import backends
+    from sweep.launch import backend as backends
 
     alive = 0
     for job_dir in sweep_dir.glob(".submitit/*"):

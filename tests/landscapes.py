@@ -25,10 +25,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from sweep.results import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
-from sweep.space import Candidate, enumerate_candidates
-from sweep.stats import throughput_summary
-from sweep.strategies import Strategy
+from sweep.core.schema import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
+from sweep.core.space import Candidate, enumerate_candidates
+from sweep.core.stats import throughput_summary
+from sweep.core.strategies import Strategy
 
 
 @dataclass(frozen=True)

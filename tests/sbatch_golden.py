@@ -1,7 +1,7 @@
 """The sbatch script `python -m sweep` submits for each trial, for the golden files.
 
 The text is built the way a sweep builds it: conf/ composed by Hydra with the same
-overrides, sweep.plan.make_plan, sweep.backends.make_executor, then submitit's own
+overrides, sweep.orchestration.plan.make_plan, sweep.launch.backend.make_executor, then submitit's own
 SlurmExecutor._make_submission_file_text. Only what differs between hosts and runs
 is normalised: the sweep dir becomes /SWEEP and the interpreter becomes `python`.
 
@@ -55,9 +55,9 @@ def compose_plan(overrides: list[str], sweep_dir: str = SWEEP_DIR):
     """The SweepPlan `python -m sweep OVERRIDES hydra.sweep.dir=SWEEP_DIR` would run."""
     from hydra import compose, initialize_config_dir
 
-    from sweep.__main__ import CONF_DIR
-    from sweep.config import register_configs
-    from sweep.plan import make_plan
+    from sweep.cli.main import CONF_DIR
+    from sweep.cli.config import register_configs
+    from sweep.orchestration.plan import make_plan
 
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
@@ -83,7 +83,7 @@ def _srun_not_required() -> Iterator[None]:
 
 def sbatch_text(overrides: list[str], sweep_dir: str = SWEEP_DIR) -> str:
     """The submission script of one trial of that sweep, normalised."""
-    from sweep import backends
+    from sweep.launch import backend as backends
 
     plan = compose_plan(overrides, sweep_dir)
     backends.check_task_layout(plan.launcher, plan.machine)

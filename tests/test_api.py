@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from sweep import api
-from sweep.api import LoadError, compare, load
-from sweep.ranking import TABLE_COLUMNS, SweepMeta, build_table, recommendation, table_csv
-from sweep.results import ALL_STATUSES, OOM, OK, OOM_PHASES, FAILED, TrialResult, trial_dir, write_result
-from sweep.space import enumerate_candidates
-from sweep.stats import throughput_summary
+from sweep.analysis import api
+from sweep.analysis.api import LoadError, compare, load
+from sweep.core.ranking import TABLE_COLUMNS, SweepMeta, build_table, recommendation, table_csv
+from sweep.core.schema import ALL_STATUSES, OOM, OK, OOM_PHASES, FAILED, TrialResult, trial_dir, write_result
+from sweep.core.space import enumerate_candidates
+from sweep.core.stats import throughput_summary
 
 GOLDEN = Path(__file__).parent / "golden" / "trials_header.csv"
 
@@ -302,7 +302,7 @@ def test_compare_a_glob_and_needs_two_sweeps(outputs: Path) -> None:
 
 # -- import weight ------------------------------------------------------------------------------------
 def test_api_and_report_do_not_import_matplotlib() -> None:
-    code = "import sys, sweep.api, sweep.report, sweep.export; print('matplotlib' in sys.modules)"
+    code = "import sys, sweep.analysis.api, sweep.analysis.report, sweep.analysis.export; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "MPLBACKEND": ""})
     assert out.stdout.strip() == "False"

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sweep.parsers import MAX_REASON_CHARS, classify_failure, compile_phase_patterns, no_throughput_reason
-from sweep.results import FINISHED_STATUSES, OOM_PHASES
+from sweep.core.schema import FINISHED_STATUSES, OOM_PHASES
 
 SITE = "/usr/local/lib/python3.11/site-packages"
 RNNT = "/opt/sweep/src/sweep/workloads/rnnt.py"

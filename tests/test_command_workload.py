@@ -93,7 +93,7 @@ def test_builtin_workload_as_a_command_with_a_real_oom(tmp_path):
     """The shipped example sweeps/builtin_command.yaml, at test size, with a budget that the
     biggest joint batch exceeds: the OOM phase comes from the traceback in the log."""
     sweep_dir = tmp_path / "s"
-    tiny = '["python","-m","sweep.workloads.train","--global_batch_size={global_batch_size}","--grad_accumulation_batches={accum}","--batch_split_factor={split}","--epochs=2","--steps_per_epoch=1","--frames=16","--enc_hidden=16","--pred_hidden=16","--label_len=16","--vocab=4096","--joint_hidden=256","--memory_gib=0.25"]'
+    tiny = '["python","-m","sweep.workloads.rnnt.train","--global_batch_size={global_batch_size}","--grad_accumulation_batches={accum}","--batch_split_factor={split}","--epochs=2","--steps_per_epoch=1","--frames=16","--enc_hidden=16","--pred_hidden=16","--label_len=16","--vocab=4096","--joint_hidden=256","--memory_gib=0.25"]'
     proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", "+sweep=builtin_command", f"workload.argv={tiny}", "global_batch_size=64", "accum=1,16", "split=1", "search=grid"], cwd=tmp_path)
     rows = rows_by_accum(sweep_dir)
     assert (rows[1]["status"], rows[1]["oom_phase"]) == ("oom", "joint"), proc.stdout

@@ -8,11 +8,11 @@ import random
 import pytest
 from landscapes import LANDSCAPES, Landscape, random_landscape, run_sweep
 
-from sweep.confidence import confidence_score, leader_key, leader_probability, open_pairs, rank_order
-from sweep.results import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
-from sweep.space import Candidate, enumerate_candidates, make_candidate
-from sweep.stats import throughput_summary
-from sweep.strategies import make_strategy
+from sweep.core.confidence import confidence_score, leader_key, leader_probability, open_pairs, rank_order
+from sweep.core.schema import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
+from sweep.core.space import Candidate, enumerate_candidates, make_candidate
+from sweep.core.stats import throughput_summary
+from sweep.core.strategies import make_strategy
 
 GBS, DEVICES = 1024, 8
 ALL = enumerate_candidates(GBS, DEVICES)  # 35 valid pairs, per-device batch 1..128

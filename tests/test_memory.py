@@ -10,8 +10,8 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from sweep.config import RNNTWorkloadConfig
-from sweep.memory import DeviceOOM, MemoryBudget, PeakMemory, is_oom_error, oom_summary
+from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, is_oom_error, oom_summary
 
 CPU_OOM = (
     "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
@@ -81,9 +81,9 @@ def test_no_budget_is_a_no_op():
 SCRIPT = r"""
 import json, resource, sys
 import torch
-from sweep.config import RNNTWorkloadConfig
-from sweep.memory import DeviceOOM, MemoryBudget, configure_cpu_allocator
-from sweep.workloads.rnnt import RNNTWorkload
+from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, configure_cpu_allocator
+from sweep.workloads.rnnt.model import RNNTWorkload
 
 torch.set_num_threads(1)
 configure_cpu_allocator()

@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # the sweep-dir builder lives in test_api.py
 from test_api import make_sweep  # noqa: E402
 
-from sweep import export, report  # noqa: E402
-from sweep.api import load  # noqa: E402
+from sweep.analysis import export, report  # noqa: E402
+from sweep.analysis.api import load  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REC = {"accum": 1, "split": 8, "per_device_batch": 128, "joint_batch": 16, "global_batch_size": 1024,

@@ -15,10 +15,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from sweep.config import RNNTWorkloadConfig
-from sweep.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator
-from sweep.results import PHASE_ENCODER, PHASE_JOINT
-from sweep.workloads.rnnt import RNNTWorkload, SyntheticData, rnnt_loss, rnnt_loss_bruteforce
+from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator
+from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT
+from sweep.workloads.rnnt.model import RNNTWorkload, SyntheticData, rnnt_loss, rnnt_loss_bruteforce
 
 CPU = torch.device("cpu")
 

@@ -72,8 +72,8 @@ def test_sbatch_script_runs_one_task_per_device() -> None:
 
 
 def test_task_layout_that_does_not_match_the_devices_is_refused() -> None:
-    from sweep.backends import check_task_layout
-    from sweep.plan import SweepError
+    from sweep.launch.backend import check_task_layout
+    from sweep.errors import SweepError
 
     # make_plan runs this check (so `python -m sweep` stops before submitting); called here too
     # so that the test holds whichever of the two raises.
@@ -354,8 +354,8 @@ def _oom_without_a_record(spec: dict[str, Any]) -> None:
 
 @pytest.mark.slurm
 def test_job_that_leaves_no_record_is_classified_from_its_slurm_log(slurm_cluster: Any, tmp_path: Path) -> None:
-    from sweep import backends
-    from sweep.results import RESULT_FILE, read_result
+    from sweep.launch import backend as backends
+    from sweep.core.schema import RESULT_FILE, read_result
 
     sweep_dir = tmp_path / "s"
     plan = compose_plan(_slurm_args(slurm_cluster, "accum=1", "split=1"), str(sweep_dir))

@@ -1,6 +1,6 @@
 import pytest
 
-from sweep.space import (
+from sweep.core.space import (
     SpaceError,
     default_accum_values,
     default_split_values,
@@ -91,6 +91,6 @@ def test_bad_settings_raise_one_line_naming_the_value(gbs, nd, accums, splits, m
     ],
 )
 def test_local_gpu_groups_are_disjoint(host, per_trial, groups):
-    from sweep.backends import gpu_groups
+    from sweep.launch.backend import gpu_groups
 
     assert gpu_groups(host, per_trial) == groups

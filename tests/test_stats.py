@@ -3,7 +3,7 @@ import statistics
 import pytest
 from hypothesis import given, strategies as st
 
-from sweep.stats import median, median_interval_ranks, throughput_summary
+from sweep.core.stats import median, median_interval_ranks, throughput_summary
 
 
 @pytest.mark.parametrize("n, expected", [(1, (0, 0)), (2, (0, 1)), (5, (0, 4)), (6, (0, 5)), (9, (1, 7)), (20, (5, 14))])

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from landscapes import LANDSCAPES, ContractError, Landscape, random_landscape, run_sweep
 
-from sweep.results import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER, TrialResult
-from sweep.space import enumerate_candidates, make_candidate
-from sweep.strategies import (
+from sweep.core.schema import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER, TrialResult
+from sweep.core.space import enumerate_candidates, make_candidate
+from sweep.core.strategies import (
     STRATEGIES,
     Proposal,
     fit_implied,

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from sweep.config import MachineConfig, RNNTWorkloadConfig, TrialConfig
-from sweep.results import RESULT_FILE, TrialResult, read_result
-from sweep.stats import median
-from sweep.trial import run_trial
+from sweep.core.config import MachineConfig, TrialConfig
+from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+from sweep.core.schema import RESULT_FILE, TrialResult, read_result
+from sweep.core.stats import median
+from sweep.workloads.rnnt.runner import run_trial
 
 SMALL = RNNTWorkloadConfig(
     feat_dim=4, frames=8, subsample=2, label_len=3, vocab=6, enc_hidden=8, enc_layers=2, pred_hidden=8, joint_hidden=8
@@ -97,7 +98,7 @@ def test_oom_trial_in_a_subprocess_records_the_phase(tmp_path, phase, workload, 
     spec = make_spec(tmp_path, accum=accum, split=split, global_batch=4, memory_gib=4 / 1024, workload=workload, cpu_threads=1)
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
-    code = "import json, sys; from sweep.trial import run_trial; run_trial(json.load(open(sys.argv[1])))"
+    code = "import json, sys; from sweep.workloads.rnnt.runner import run_trial; run_trial(json.load(open(sys.argv[1])))"
     proc = subprocess.run([sys.executable, "-c", code, str(spec_file)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]  # an OOM is a result, not a crash
 

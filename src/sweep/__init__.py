@@ -16,7 +16,7 @@ __all__ = ["load", "compare", "__version__"]
 def __getattr__(name: str) -> Any:
     # pandas is imported only when the API is used, so `python -m sweep` starts fast.
     if name in ("load", "compare"):
-        from . import api
+        from sweep.analysis import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'sweep' has no attribute {name!r}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from sweep.parsers.lines import clean_line
-from sweep.results import (
+from sweep.core.schema import (
     CANCELLED,
     FAILED,
     OK,

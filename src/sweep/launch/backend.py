@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .plan import SweepError
-from .results import (
+from sweep.errors import SweepError
+from sweep.core.schema import (
     CANCELLED,
     FAILED,
     OOM,
@@ -397,7 +397,7 @@ def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spe
         return TIMEOUT, None, f"Slurm time limit reached; raise hydra.launcher.timeout_min; see {log}"
     if state == "NODE_FAIL":
         return FAILED, None, f"the node failed (NODE_FAIL) and Slurm did not requeue the job; see {log}"
-    from .parsers import classify_failure
+    from sweep.parsers import classify_failure
 
     tail = read_log_tail(log)
     stderr = _job_stderr(job)

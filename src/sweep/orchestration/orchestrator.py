@@ -20,13 +20,14 @@ from typing import Any
 
 import yaml
 
-from . import backends
-from .display import Display, format_table, landed_line, scaling_lines
-from .plan import SweepError, SweepPlan, make_plan
-from .ranking import build_table, recommendation, recommendation_line, table_csv
-from .results import CANCELLED, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
-from .space import Candidate
-from .workloads.command import PROGRESS_FILE
+from sweep.launch import backend as backends
+from sweep.orchestration.display import Display, format_table, landed_line, scaling_lines
+from sweep.errors import SweepError
+from sweep.orchestration.plan import SweepPlan, make_plan
+from sweep.core.ranking import build_table, recommendation, recommendation_line, table_csv
+from sweep.core.schema import CANCELLED, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
+from sweep.core.space import Candidate
+from sweep.workloads.command.runner import PROGRESS_FILE
 
 META_FILE = "sweep.json"
 TABLE_FILE = "trials.csv"
@@ -94,7 +95,7 @@ def check_runnable_here(plan: SweepPlan) -> None:
 
 class Orchestrator:
     def __init__(self, plan: SweepPlan, poll_interval_s: float = 0.25, display: Display | None = None) -> None:
-        from .strategies import make_strategy
+        from sweep.core.strategies import make_strategy
 
         self.plan = plan
         self.poll_interval_s = poll_interval_s
@@ -198,7 +199,7 @@ class Orchestrator:
 
     # -- jobs ---------------------------------------------------------------------------------
     def _submit(self, cand: Candidate) -> None:
-        from .job import run_job
+        from sweep.launch.job import run_job
 
         tdir = trial_dir(self.plan.sweep_dir, cand.key)
         tdir.mkdir(parents=True, exist_ok=True)
@@ -281,7 +282,7 @@ class Orchestrator:
         return changed and bool(stamps)
 
     def _recommendation(self, done: bool) -> dict[str, Any] | None:
-        from .confidence import confidence_score
+        from sweep.core.confidence import confidence_score
 
         conf = confidence_score(self.plan.candidates, self.results, done=done)
         return recommendation(self.plan.meta, self.results, conf)

@@ -59,18 +59,18 @@ def _threads_from_slurm() -> None:
 def _run_workload(spec: dict[str, Any]) -> dict[str, Any]:
     name = spec["workload"].get("name")
     if name == "rnnt":
-        from .trial import run_trial
+        from sweep.workloads.rnnt.runner import run_trial
 
         return run_trial(spec)
     if name == "command":
-        from .workloads.command import run_command_trial
+        from sweep.workloads.command.runner import run_command_trial
 
         return run_command_trial(spec)
     raise ValueError(f"workload.name={name!r} is not valid: expected rnnt or command")
 
 
 def _record_slurm_timeout(spec: dict[str, Any], exc: BaseException) -> None:
-    from .results import RESULT_FILE, TIMEOUT, ResultError, read_result, write_result
+    from sweep.core.schema import RESULT_FILE, TIMEOUT, ResultError, read_result, write_result
 
     trial_dir = Path(spec["trial_dir"])
     try:

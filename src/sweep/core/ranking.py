@@ -12,7 +12,7 @@ import io
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Sequence
 
-from .results import (
+from sweep.core.schema import (
     CANCELLED,
     FAILED,
     INVALID,
@@ -24,7 +24,7 @@ from .results import (
     TIMEOUT,
     TrialResult,
 )
-from .space import Candidate
+from sweep.core.space import Candidate
 
 # trials.csv columns, in order; units are in the names. sweep.load() documents the dtypes.
 TABLE_COLUMNS = [

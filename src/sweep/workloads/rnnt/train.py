@@ -1,4 +1,4 @@
-"""`python -m sweep.workloads.train`: the built-in RNN-T as a standalone training script.
+"""`python -m sweep.workloads.rnnt.train`: the built-in RNN-T as a standalone training script.
 
 It takes Myrtle.ai-style flags and prints Myrtle v1.12 dllogger epoch lines, so the
 `workload=command` path (argv templates, log parsers, log-based OOM classification)
@@ -17,9 +17,9 @@ from dataclasses import fields
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from ..config import RNNTWorkloadConfig
+    from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 
-    p = argparse.ArgumentParser(prog="python -m sweep.workloads.train", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m sweep.workloads.rnnt.train", description=__doc__.splitlines()[0])
     p.add_argument("--global_batch_size", type=int, default=32)
     p.add_argument("--grad_accumulation_batches", type=int, default=1)
     p.add_argument("--batch_split_factor", type=int, default=1)
@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from ..config import RNNTWorkloadConfig
-    from ..memory import DeviceOOM, MemoryBudget
-    from .rnnt import RNNTWorkload
+    from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+    from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget
+    from sweep.workloads.rnnt.model import RNNTWorkload
 
     cfg = RNNTWorkloadConfig(**{f.name: getattr(args, f.name) for f in fields(RNNTWorkloadConfig) if f.name != "name"})
     device = torch.device("cpu")

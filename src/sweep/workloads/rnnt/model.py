@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sweep.memory import DeviceOOM, drop_exception, free_device_memory, is_oom_error, oom_summary
-from sweep.results import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER
+from sweep.workloads.rnnt.memory import DeviceOOM, drop_exception, free_device_memory, is_oom_error, oom_summary
+from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER
 
 BLANK = 0
 

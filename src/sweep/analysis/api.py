@@ -62,8 +62,8 @@ from typing import Any, Iterable, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from .ranking import TABLE_COLUMNS
-from .results import ALL_STATUSES, OOM_PHASES, SCHEMA_VERSION
+from sweep.core.ranking import TABLE_COLUMNS
+from sweep.core.schema import ALL_STATUSES, OOM_PHASES, SCHEMA_VERSION
 
 TRIALS_CSV = "trials.csv"
 SWEEP_JSON = "sweep.json"

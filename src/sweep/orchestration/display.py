@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
-    from .results import TrialResult
+    from sweep.core.schema import TrialResult
 
 # (header, column, format) for the printed table; the CSV keeps every column.
 _SHOWN = [
@@ -138,7 +138,7 @@ def landed_line(res: TrialResult) -> str:
 
 def scaling_lines(results: dict[str, TrialResult]) -> list[str]:
     """The tuning playbook's check: doubling the batch should nearly double throughput."""
-    from .strategies import SCALING_FLAG_RATIO, scaling_report
+    from sweep.core.strategies import SCALING_FLAG_RATIO, scaling_report
 
     lines = ["scaling (fastest pair per per-device batch):"]
     for step in scaling_report(results):

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from sweep.results import OK, TrialResult
-from sweep.space import Candidate
-from sweep.strategies import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
+from sweep.core.schema import OK, TrialResult
+from sweep.core.space import Candidate
+from sweep.core.strategies import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
 
 __all__ = ["confidence_score", "leader_probability", "leader_key", "open_pairs", "rank_order"]
 

@@ -33,9 +33,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
 
-from sweep.ranking import ranked_ok
-from sweep.results import OK, OOM, PHASE_ENCODER, TrialResult
-from sweep.space import Candidate
+from sweep.core.ranking import ranked_ok
+from sweep.core.schema import OK, OOM, PHASE_ENCODER, TrialResult
+from sweep.core.space import Candidate
 
 # Doubling the per-device batch should nearly double throughput until the device
 # saturates (tuning playbook); below 1.5x per doubling we flag it. For a batch

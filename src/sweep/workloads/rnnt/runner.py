@@ -18,11 +18,11 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from sweep.config import RNNTWorkloadConfig
-from sweep.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
-from sweep.results import FAILED, OK, OOM, TrialResult, now_iso, write_result
-from sweep.stats import throughput_summary
-from sweep.workloads.rnnt import RNNTWorkload
+from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
+from sweep.core.schema import FAILED, OK, OOM, TrialResult, now_iso, write_result
+from sweep.core.stats import throughput_summary
+from sweep.workloads.rnnt.model import RNNTWorkload
 
 GIB = 1024**3
 _startup_counted = False  # whether an earlier run_trial in this process already counted start-up

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..results import FAILED, OK, TIMEOUT, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
-from ..stats import throughput_summary
+from sweep.core.schema import FAILED, OK, TIMEOUT, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
+from sweep.core.stats import throughput_summary
 
 PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
 PROGRESS_FILE = "progress.json"
@@ -65,7 +65,7 @@ def fill(text: str, values: Mapping[str, int]) -> str:
 
 def run_command_trial(spec: dict[str, Any]) -> dict[str, Any]:
     """Run the user's command for one candidate and write the trial's result record."""
-    from ..parsers import LogTail, classify_failure, make_parser, select_measurement
+    from sweep.parsers import LogTail, classify_failure, make_parser, select_measurement
 
     wl, trial = spec["workload"], spec["trial"]
     trial_dir = Path(spec["trial_dir"])

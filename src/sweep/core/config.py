@@ -1,4 +1,4 @@
-"""Typed config schemas, registered in Hydra's ConfigStore.
+"""Typed config schemas of the sweep itself (plain dataclasses; Hydra registers them in sweep.cli.config).
 
 `conf/*.yaml` extend these schemas, so a typo or a wrong type in YAML or on the
 command line fails at composition time with the key named, before anything runs.
@@ -7,9 +7,7 @@ command line fails at composition time with the key named, before anything runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
-
-from hydra.core.config_store import ConfigStore
+from typing import Any, Optional
 
 
 @dataclass
@@ -21,33 +19,6 @@ class MachineConfig:
     memory_gib: float = 0.02  # device memory per device; on CPU the emulated budget each rank may allocate
     cpu_threads: Optional[int] = None  # torch intra-op threads per rank; None: torch's default
     description: str = ""  # one line for humans, e.g. "8 x A100 80GB SXM"
-
-
-@dataclass
-class RNNTWorkloadConfig:
-    name: str = "rnnt"  # the built-in PyTorch RNN-T training step
-    feat_dim: int = 40  # input features per frame (e.g. log-mel bins)
-    frames: int = 160  # input frames per utterance, before subsampling
-    subsample: int = 2  # time-stacking factor in front of the encoder
-    label_len: int = 8  # target tokens per utterance (U)
-    vocab: int = 448  # output vocabulary incl. blank (V)
-    enc_hidden: int = 16  # encoder LSTM width
-    enc_layers: int = 16  # encoder LSTM depth
-    pred_hidden: int = 32  # prediction-network width
-    joint_hidden: int = 32  # joint-network width
-    optimizer: str = "adam"  # "adam" (state = 2x params) or "sgd"
-    seed: int = 0  # model init and synthetic data
-
-
-@dataclass
-class CommandWorkloadConfig:
-    name: str = "command"  # an external training command, one process per trial
-    argv: List[str] = field(default_factory=list)  # argv template; placeholders like {accum}, {split}
-    env: Any = field(default_factory=dict)  # extra environment variables (values may use placeholders)
-    cwd: Optional[str] = None  # working directory for the command; None: the trial dir
-    parser: Any = field(default_factory=dict)  # how throughput is read from the log (see sweep.parsers)
-    splits_apply: bool = True  # False: the script has no batch_split_factor; the space is 1-D
-    phase_patterns: Any = None  # {encoder|joint|optimizer: [regex on traceback frames]}; None: the RNN-T defaults
 
 
 @dataclass
@@ -78,17 +49,3 @@ class SweepConfig:
     resume: Optional[str] = None  # an earlier sweep dir: rerun its command there, reusing finished trials
     live: Optional[bool] = None  # live table; None: only when stdout is a terminal
     keep_jobs_on_interrupt: bool = False  # Ctrl-C leaves this sweep's running jobs alone (resume picks them up)
-
-
-def register_configs() -> None:
-    from omegaconf import OmegaConf
-
-    # Profiles derive per-node launcher settings from the machine: ${sweep_div:${machine.num_devices},${machine.nodes}}.
-    if not OmegaConf.has_resolver("sweep_div"):
-        OmegaConf.register_new_resolver("sweep_div", lambda a, b: int(a) // int(b))
-    cs = ConfigStore.instance()
-    cs.store(name="sweep_schema", node=SweepConfig)
-    cs.store(group="machine", name="machine_schema", node=MachineConfig, package="machine")
-    cs.store(group="workload", name="rnnt_schema", node=RNNTWorkloadConfig, package="workload")
-    cs.store(group="workload", name="command_schema", node=CommandWorkloadConfig, package="workload")
-    cs.store(group="search", name="search_schema", node=SearchConfig, package="search")

@@ -13,16 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .ranking import SweepMeta
-from .space import Candidate, SpaceError, check_positive_int, enumerate_candidates
+from sweep.core.ranking import SweepMeta
+from sweep.errors import SweepError
+from sweep.core.space import Candidate, SpaceError, check_positive_int, enumerate_candidates
 
 SWEEPABLE = ("accum", "split")
 DEVICES = ("cpu", "cuda")
 WORKLOADS = ("rnnt", "command")
-
-
-class SweepError(Exception):
-    """A problem the user can fix; str() is one line naming the bad value and what is valid."""
 
 
 @dataclass
@@ -108,7 +105,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     assert isinstance(launcher, dict)
 
     _check_machine(machine)
-    from .backends import check_task_layout
+    from sweep.launch.backend import check_task_layout
 
     check_task_layout(launcher, machine)  # one task per device, before anything is submitted
     _check_trial(trial)
@@ -137,7 +134,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         raise SweepError(str(e)) from None
 
     # Checked here so that a typo in search= fails before anything is written.
-    from .strategies import make_strategy
+    from sweep.core.strategies import make_strategy
 
     try:
         make_strategy(search, candidates, max_trials)
@@ -208,21 +205,21 @@ def _check_machine(machine: dict[str, Any]) -> None:
 def _check_command(workload: dict[str, Any], launcher: dict[str, Any]) -> None:
     import shutil
 
-    from .workloads.command import TemplateError, check_template
+    from sweep.workloads.command.runner import TemplateError, check_template
 
     argv, env = workload.get("argv") or [], workload.get("env") or {}
     try:
         check_template(argv, env)
     except TemplateError as e:
         raise SweepError(str(e)) from None
-    from .backends import cluster_of
+    from sweep.launch.backend import cluster_of
 
     exe = argv[0]
     # On Slurm the executable lives on the compute nodes; only a local launch can be checked here.
     if cluster_of(launcher) == "local" and "{" not in exe and shutil.which(exe, path=None if os.sep not in exe else "") is None:
         if not (os.sep in exe and os.access(exe, os.X_OK)):
             raise SweepError(f"workload.argv[0]={exe!r} is not an executable on PATH: give the full path or install it")
-    from .parsers import make_parser
+    from sweep.parsers import make_parser
 
     parser = dict(workload.get("parser") or {"type": "myrtle"})
     for own in ("skip_first", "stop_after"):
@@ -232,7 +229,7 @@ def _check_command(workload: dict[str, Any], launcher: dict[str, Any]) -> None:
     except ValueError as e:
         raise SweepError(f"workload.parser: {e}") from None
     if workload.get("phase_patterns") is not None:
-        from .parsers import compile_phase_patterns
+        from sweep.parsers import compile_phase_patterns
 
         try:
             compile_phase_patterns(workload["phase_patterns"])
@@ -245,7 +242,7 @@ def _check_known_keys(cfg: Any, workload: dict[str, Any]) -> None:
     `+trial.time_limit=60` would be ignored without a word: refuse keys no schema has."""
     from dataclasses import fields
 
-    from .config import CommandWorkloadConfig, MachineConfig, RNNTWorkloadConfig, SearchConfig, SweepConfig, TrialConfig
+    from sweep.cli.config import CommandWorkloadConfig, MachineConfig, RNNTWorkloadConfig, SearchConfig, SweepConfig, TrialConfig
 
     levels = [
         ("", cfg, SweepConfig),

@@ -11,7 +11,7 @@ import shlex
 import string
 from typing import Any, Mapping
 
-from .ranking import cli_flags
+from sweep.core.ranking import cli_flags
 
 FORMS = ("flags", "yaml", "nemo", "slurm")
 

@@ -1,0 +1,173 @@
+"""`python -m sweep [OVERRIDES...]`: compose conf/ with Hydra and run a sweep.
+
+Bad input ends with one line on stderr naming the value and what would be valid,
+exit status 2, no traceback (SWEEP_DEBUG=1 or HYDRA_FULL_ERROR=1 shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+CONF_DIR = str(Path(__file__).resolve().parents[3] / "conf")
+EXIT_USAGE = 2
+
+
+def _task(cfg: Any) -> None:
+    """Only reached with hydra.mode=RUN: run one trial in this process (debugging a single pair)."""
+    import json
+
+    from sweep.orchestration.plan import make_plan
+    from sweep.core.schema import trial_dir
+    from sweep.launch.job import run_job
+
+    from hydra.core.hydra_config import HydraConfig
+
+    sweep_dir = Path(HydraConfig.get().runtime.output_dir).absolute()
+    plan = make_plan(cfg, [], sweep_dir)
+    cand = next(c for c in plan.candidates if c.valid)
+    spec = plan.spec(cand, trial_dir(sweep_dir, cand.key))
+    print(json.dumps(run_job(spec), indent=2))
+
+
+def expand_resume(argv: list[str]) -> list[str]:
+    """`resume=DIR` reruns DIR's sweep with the arguments it was started with, in the same dir.
+
+    Finished trials there are reused and trials still running are re-attached (the
+    orchestrator does that for any existing sweep dir); arguments given now are added last.
+    """
+    import json
+
+    from sweep.errors import SweepError
+
+    given = [a for a in argv if a.startswith("resume=")]
+    if not given:
+        return argv
+    sweep_dir = Path(given[-1].split("=", 1)[1]).expanduser()
+    try:
+        stored = json.loads((sweep_dir / "sweep.json").read_text())["argv"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise SweepError(f"resume={sweep_dir} is not a sweep dir (no readable sweep.json inside): give a dir an earlier sweep printed, e.g. outputs/latest") from None
+    keep = [a for a in stored if not a.startswith(("hydra.sweep.dir=", "resume="))]
+    rest = [a for a in argv if not a.startswith("resume=")]
+    return keep + rest + [f"hydra.sweep.dir={sweep_dir.resolve()}"]
+
+
+def main() -> int:
+    import hydra
+
+    from sweep.cli.config import register_configs
+
+    debug = bool(os.environ.get("SWEEP_DEBUG")) or bool(os.environ.get("HYDRA_FULL_ERROR"))
+    # Hydra re-raises instead of printing its own multi-line report; we print one line below.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    register_configs()
+    from sweep.orchestration import orchestrator
+
+    app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="sweep")(_task)
+    try:
+        sys.argv[1:] = expand_resume(sys.argv[1:])
+        app()
+    except BrokenPipeError:
+        # Output piped into `head` and closed: not an error worth a message.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("sweep: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - turned into one line unless debugging
+        if debug:
+            raise
+        print(f"sweep: error: {one_line_error(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    return orchestrator.exit_code
+
+
+def one_line_error(exc: BaseException) -> str:
+    """Hydra and OmegaConf errors span several lines; users get the facts on one."""
+    parts: list[str] = []
+    seen = exc
+    while seen is not None and len(parts) < 3:
+        special = _yaml_or_override_error(seen)
+        if special:
+            return special
+        text = str(seen).strip()
+        full_key = re.search(r"full_key:\s*(\S+)", text)
+        first = text.split("\n")[0].strip() if text else type(seen).__name__
+        # "In 'sweep/x': ValidationError raised while composing config:" -> "In 'sweep/x'"; the cause follows.
+        first = re.sub(r"^(In '[^']+'): \w+ raised while composing config:$", r"\1", first)
+        options = re.search(r"Available options in '([^']+)':\n((?:[ \t]+\S.*\n?)*)", text)
+        if options:
+            # The typed schemas share the group with the YAML options; they are not choices.
+            names = [x.strip() for x in options.group(2).split("\n") if x.strip() and not x.strip().endswith("_schema")]
+            first = f"{first.removeprefix('In ' + repr('sweep') + ': ')}; available options in '{options.group(1)}': {', '.join(names)}"
+        if full_key and full_key.group(1) not in first and not first.startswith("In '"):
+            first = f"{full_key.group(1)}: {first}"
+        first = first.rstrip(".")
+        if first and first not in parts:
+            parts.append(first)
+        seen = seen.__cause__ or (seen.__context__ if not seen.__suppress_context__ else None)
+    line = "; ".join(parts)
+    hint = _key_hint(line)
+    return (line + hint).replace("\n", " ")
+
+
+def _yaml_or_override_error(exc: BaseException) -> str:
+    """Malformed YAML (file, line and column) and unparsable overrides, with what would be valid."""
+    import yaml
+    from hydra.errors import OverrideParseException
+
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark else "a YAML file"
+        what = exc.problem or exc.context or "syntax error"
+        if exc.context and exc.problem:
+            ctx = exc.context_mark
+            what += f", {exc.context}" + (f" from line {ctx.line + 1}, column {ctx.column + 1}" if ctx else "")
+        return f"{where}: malformed YAML ({what}): fix that file's YAML syntax (balanced quotes and brackets, `key: value` pairs)"
+    if isinstance(exc, yaml.YAMLError):
+        return f"malformed YAML: {' '.join(str(exc).split())}"
+    if isinstance(exc, OverrideParseException):
+        text = str(exc).strip().split("\n")
+        override = getattr(exc, "override", "") or ""
+        what = text[0].rstrip(".") if text else "cannot parse it"
+        if override and override not in what:
+            what = f"{override!r}: {what}"
+        return (
+            f"{what}: an override is key=value, a list is [a,b], a sweep is a,b; quote values with "
+            "special characters, e.g. 'workload.argv=[\"python\",\"--x={accum}\"]' "
+            "(https://hydra.cc/docs/advanced/override_grammar/basic)"
+        )
+    return ""
+
+
+def _key_hint(line: str) -> str:
+    """For an unknown key, list the keys that do exist at that level."""
+    from dataclasses import fields
+
+    from sweep.cli.config import CommandWorkloadConfig, MachineConfig, RNNTWorkloadConfig, SearchConfig, SweepConfig, TrialConfig
+
+    levels = [("", SweepConfig), ("machine", MachineConfig), ("trial", TrialConfig), ("search", SearchConfig),
+              ("workload", RNNTWorkloadConfig), ("workload", CommandWorkloadConfig)]
+    named = re.search(r"Key '[^']+' (?:is )?not in '(\w+)'", line)  # the schema the key is missing from
+    m = named or re.search(r"Could not override '([^']+)'", line) or re.search(r"Key '([^']+)' is not in struct", line)
+    if not m:
+        return ""
+    if named:
+        parent, schema = next(((p, c) for p, c in levels if c.__name__ == named.group(1)), ("", None))
+    else:
+        parent = re.sub(r"^\+*", "", m.group(1)).rpartition(".")[0]
+        schema = next((c for p, c in levels if p == parent), None)
+    if schema is None:
+        # A free-form mapping (workload.env, workload.parser): new keys are added with a +.
+        key = re.sub(r"^\+*", "", m.group(1))
+        return f"; {parent} takes any key, added with a +: +{key}=..." if parent and "." in key else ""
+    names = ", ".join(f.name for f in fields(schema))
+    return f"; valid keys{' under ' + parent if parent else ''}: {names}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
