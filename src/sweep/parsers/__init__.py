@@ -1,11 +1,14 @@
 """Reading trial logs: throughput figures, and why a trial failed.
 
-    parser = make_parser(workload.parser)        # {"type": "myrtle"|"regex"|"jsonl", ...}
+    settings = parser_settings(workload.parser)  # {"type": "myrtle"|"nanogpt"|...|"regex"|"jsonl", ...}
+    parser = settings.make_parser()              # or make_parser(spec) for the line parser alone
     tail = LogTail(log_path)
     while running:
         for m in parser.feed(tail.read_new()): ...
     measurements += parser.close()
     chosen = select_measurement(measurements)   # second epoch, else the last figure
+    summary = settings.summarize(measurements, global_batch_size=..., num_devices=..., accum=...)
+                                                # median + 95% interval (None: unknown) in samples/s or tokens/s
     verdict = classify_failure(read_tail(log_path), exit_code)
 
 Pure code: no torch, no hydra.
@@ -23,6 +26,7 @@ from sweep.parsers.classify import (
     one_line,
 )
 from sweep.parsers.formats import (
+    COMMON_KEYS,
     DEFAULT_PARSER_TYPE,
     PARSER_TYPES,
     JsonlParser,
@@ -39,9 +43,39 @@ from sweep.parsers.lines import (
     select_measurement,
     split_rank_prefix,
 )
+from sweep.parsers.presets import PRESETS, Preset, get_preset
+from sweep.parsers.settings import ParserSettings, parser_settings
+from sweep.parsers.throughput import (
+    FIGURE_UNITS,
+    SAMPLES_PER_S,
+    THROUGHPUT_UNITS,
+    TOKENS_PER_S,
+    BatchContext,
+    Figure,
+    ThroughputError,
+    ThroughputSummary,
+    convert,
+    summarize,
+)
 from sweep.parsers.tail import DEFAULT_CHUNK, LogTail, Parser, iter_file, read_tail, scan_file
 
 __all__ = [
+    "COMMON_KEYS",
+    "FIGURE_UNITS",
+    "PRESETS",
+    "SAMPLES_PER_S",
+    "THROUGHPUT_UNITS",
+    "TOKENS_PER_S",
+    "BatchContext",
+    "Figure",
+    "ParserSettings",
+    "Preset",
+    "ThroughputError",
+    "ThroughputSummary",
+    "convert",
+    "get_preset",
+    "parser_settings",
+    "summarize",
     "DEFAULT_CHUNK",
     "DEFAULT_PARSER_TYPE",
     "DEFAULT_PHASE_PATTERNS",

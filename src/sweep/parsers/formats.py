@@ -7,6 +7,8 @@ import re
 from typing import Any, Callable, Mapping
 
 from sweep.parsers.lines import LineParser, Measurement, to_float, to_int
+from sweep.parsers.presets import PRESET_PARSERS
+from sweep.parsers.throughput import FIGURE_UNITS, SAMPLES_PER_S
 
 # --- Myrtle.ai caiman-asr (dllogger) -----------------------------------------------
 
@@ -121,10 +123,14 @@ _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
 class RegexParser(LineParser):
-    """Lines matching a user pattern with named groups: throughput (required), step, epoch, step_time."""
+    """Lines matching a user pattern with named groups: throughput (required), step, epoch, step_time.
 
-    def __init__(self, pattern: str, step_time_unit: str = "s") -> None:
+    The throughput group holds a figure in `unit` (samples/s unless told: tokens/s, ms/step, ...).
+    """
+
+    def __init__(self, pattern: str, step_time_unit: str = "s", unit: str = SAMPLES_PER_S, per_device: bool = False) -> None:
         super().__init__()
+        self._unit, self._per_device = _figure_unit(unit, per_device)
         if not isinstance(pattern, str) or not pattern:
             raise ValueError(f"parser.pattern must be a non-empty regex string, got {pattern!r}")
         try:
@@ -154,6 +160,8 @@ class RegexParser(LineParser):
             epoch=to_int(m.group("epoch")) if "epoch" in self._groups else None,
             step=to_int(m.group("step")) if "step" in self._groups else None,
             step_time_s=None if step_time is None else step_time * self._scale,
+            unit=self._unit,
+            per_device=self._per_device,
         )
 
 
@@ -173,8 +181,11 @@ class JsonlParser(LineParser):
         step_key: str | None = None,
         epoch_key: str | None = None,
         step_time_key: str | None = None,
+        unit: str = SAMPLES_PER_S,
+        per_device: bool = False,
     ) -> None:
         super().__init__()
+        self._unit, self._per_device = _figure_unit(unit, per_device)
         self._key = _key_path("key", key)
         self._step = _key_path("step_key", step_key) if step_key is not None else None
         self._epoch = _key_path("epoch_key", epoch_key) if epoch_key is not None else None
@@ -198,7 +209,17 @@ class JsonlParser(LineParser):
             epoch=to_int(_lookup(record, self._epoch)) if self._epoch else None,
             step=to_int(_lookup(record, self._step)) if self._step else None,
             step_time_s=to_float(_lookup(record, self._step_time)) if self._step_time else None,
+            unit=self._unit,
+            per_device=self._per_device,
         )
+
+
+def _figure_unit(unit: Any, per_device: Any) -> tuple[str, bool]:
+    if unit not in FIGURE_UNITS:
+        raise ValueError(f"parser.unit={unit!r} is not one of {', '.join(FIGURE_UNITS)}")
+    if not isinstance(per_device, bool):
+        raise ValueError(f"parser.per_device={per_device!r} must be true or false")
+    return unit, per_device
 
 
 def _key_path(name: str, value: Any) -> tuple[str, ...]:
@@ -229,11 +250,15 @@ def _lookup(obj: Any, parts: tuple[str, ...]) -> Any:
 
 # type -> (class, required keys, optional keys)
 PARSER_TYPES: dict[str, tuple[Callable[..., LineParser], tuple[str, ...], tuple[str, ...]]] = {
-    "jsonl": (JsonlParser, ("key",), ("step_key", "epoch_key", "step_time_key")),
+    "jsonl": (JsonlParser, ("key",), ("step_key", "epoch_key", "step_time_key", "unit", "per_device")),
     "myrtle": (MyrtleParser, (), ()),
-    "regex": (RegexParser, ("pattern",), ("step_time_unit",)),
+    "regex": (RegexParser, ("pattern",), ("step_time_unit", "unit", "per_device")),
+    **{name: (cls, (), ()) for name, cls in PRESET_PARSERS.items()},
 }
 DEFAULT_PARSER_TYPE = "myrtle"
+# Keys of a `parser:` section about turning figures into a trial's throughput, not about
+# reading lines: every type takes them (see parser_settings); make_parser leaves them alone.
+COMMON_KEYS = ("skip_first", "stop_after", "tokens_per_sample", "throughput_unit")
 
 
 def make_parser(spec: Mapping[str, Any] | None) -> LineParser:
@@ -252,11 +277,14 @@ def make_parser(spec: Mapping[str, Any] | None) -> LineParser:
     if kind not in PARSER_TYPES:
         raise ValueError(f"parser.type={kind!r} is not supported; valid types: {valid}")
     cls, required, optional = PARSER_TYPES[kind]
-    options = {str(k): v for k, v in spec.items() if k != "type" and v is not None}
+    options = {str(k): v for k, v in spec.items() if k != "type" and k not in COMMON_KEYS and v is not None}
     unknown = sorted(set(options) - set(required) - set(optional))
     if unknown:
         allowed = ", ".join(required + optional) or "none"
-        raise ValueError(f"parser: unknown key(s) {', '.join(unknown)} for type {kind!r}; valid keys: {allowed}")
+        raise ValueError(
+            f"parser: unknown key(s) {', '.join(unknown)} for type {kind!r}; valid keys: {allowed}"
+            f" (and {', '.join(COMMON_KEYS)} for every type)"
+        )
     missing = [k for k in required if k not in options]
     if missing:
         raise ValueError(f"parser.type={kind!r} needs {', '.join(missing)}")

@@ -21,15 +21,28 @@ MAX_LINE_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class Measurement:
-    """One throughput figure read from a log."""
+    """One figure read from a log: a rate or a step time, in `unit` (sweep.parsers.throughput converts it).
 
-    throughput: float  # samples/s
+    The built-in formats (myrtle, regex, jsonl) read samples/s; the framework presets
+    also read tokens/s, step times and progress-bar rates, marked by `unit`.
+    """
+
+    throughput: float  # the figure as printed, in `unit` (named for the samples/s the first formats read)
     epoch: int | None = None
     step: int | None = None  # optimizer step (or iteration) the figure is for; None: an epoch average
     step_time_s: float | None = None  # seconds that step took, where the log says
     epoch_time_s: float | None = None  # seconds the epoch took, for an epoch average
     line: int = 0  # 1-based line number in the log; a lone \r also ends a line
     rank: int | None = None  # from an interleaved-rank prefix such as "[rank1]:" or "1: "
+    unit: str = "samples/s"  # one of sweep.parsers.throughput.FIGURE_UNITS
+    per_device: bool = False  # the figure is one device's share (torchtitan's tps): scaled by the device count
+    global_batch_size: int | None = None  # samples per optimizer step, where the line prints it (Megatron)
+    tokens_per_sample: float | None = None  # where the line prints it (fairseq: wpb / bsz)
+
+    @property
+    def value(self) -> float:
+        """The figure as printed, in `unit`."""
+        return self.throughput
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,156 @@
+"""What sweep knows about each training framework: `workload.parser.type=NAME` (pure data).
+
+A preset names the line parser, the figure it reads and its unit and scope, the warm-up
+to skip, and the framework's own flags for the micro-batch and gradient accumulation, so
+a 1-D sweep (`splits_apply: false`) can print a recommendation in the framework's terms:
+
+    preset = get_preset("nanogpt")
+    preset.recommend(per_device_batch=16, accum=2)   # "--batch_size=16 --gradient_accumulation_steps=2"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from sweep.parsers.frameworks import (
+    DeepSpeedParser,
+    FairseqParser,
+    HFTrainerParser,
+    LightningParser,
+    MegatronParser,
+    NanochatParser,
+    NanoGPTParser,
+    TimmParser,
+    TorchTitanParser,
+)
+from sweep.parsers.lines import LineParser
+from sweep.parsers.throughput import (
+    BATCHES_PER_S,
+    MS_PER_STEP,
+    S_PER_BATCH,
+    S_PER_STEP,
+    SAMPLES_PER_S,
+    STEPS_PER_S,
+    TOKENS_PER_S,
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str  # workload.parser.type
+    framework: str  # as people call it
+    source: str  # where the figure is printed (repository file)
+    figure: str  # what is read, in the framework's words
+    units: tuple[str, ...]  # figure units read, preferred first (sweep.parsers.throughput)
+    per_device: bool  # the figure is one device's share; scaled by the device count
+    skip_first: int  # warm-up figures (epochs for warmup_by="epochs") skipped by default
+    micro_batch_flag: str | None  # the framework's flag for the per-device (micro-)batch; None: derived
+    accum_flag: str | None  # its flag for gradient accumulation; None: derived from the global batch
+    global_batch_flag: str | None = None  # where accumulation is derived, the flag that sets the global batch
+    warmup_by: str = "figures"  # "figures" or "epochs"
+    splits_apply: bool = False  # True: the framework has a batch_split_factor (Myrtle's joint split)
+    flag_style: str = "--{flag}={value}"  # how a flag and its value are written on the command line
+    warmup_reason: str = ""  # why the first figures are skipped
+
+    @property
+    def unit(self) -> str:
+        """The unit of the preferred figure."""
+        return self.units[0]
+
+    def recommend(self, *, per_device_batch: int, accum: int, global_batch_size: int | None = None) -> str:
+        """The framework's own flags for a chosen candidate, e.g. `--batch_size=16 --gradient_accumulation_steps=2`."""
+        parts = []
+        if self.micro_batch_flag:
+            parts.append(self._flag(self.micro_batch_flag, per_device_batch))
+        if self.accum_flag:
+            parts.append(self._flag(self.accum_flag, accum))
+        elif self.global_batch_flag and global_batch_size is not None:
+            parts.append(self._flag(self.global_batch_flag, global_batch_size))
+        return (", " if self.flag_style.startswith('"') else " ").join(parts)
+
+    def _flag(self, flag: str, value: int) -> str:
+        if flag.startswith("-") or "=" in flag:
+            return f"{flag}={value}"
+        return self.flag_style.format(flag=flag, value=value)
+
+
+_PRESETS = (
+    Preset(
+        "myrtle", "caiman-asr (Myrtle.ai)", "caiman_asr_train/train.py (dllogger)",
+        "train throughput-audio-samples-per-sec (v1.12+) / avg train utts/s (to v1.11)", (SAMPLES_PER_S,), False, 1,
+        None, "grad_accumulation_batches", "global_batch_size", warmup_by="epochs", splits_apply=True,
+        warmup_reason="the first epoch includes warm-up and validation",
+    ),
+    Preset(
+        "nanogpt", "nanoGPT", "karpathy/nanoGPT train.py", "time ...ms (per iter)", (MS_PER_STEP,), False, 5,
+        "batch_size", "gradient_accumulation_steps",
+        warmup_reason="iter 0 evaluates and compiles; nanoGPT itself waits 5 iters before its MFU",
+    ),
+    Preset(
+        "megatron", "Megatron-LM", "NVIDIA/Megatron-LM megatron/training/training.py",
+        "elapsed time per iteration (ms)", (MS_PER_STEP,), False, 2,
+        "micro-batch-size", None, "global-batch-size",
+        warmup_reason="the first iterations include allocation and NCCL set-up",
+    ),
+    Preset(
+        "hf", "HF transformers Trainer", "huggingface/transformers trainer_callback.py, trainer.py",
+        "progress bar it/s (optimizer steps), else train_samples_per_second", (STEPS_PER_S, S_PER_STEP, SAMPLES_PER_S),
+        False, 5, "per_device_train_batch_size", "gradient_accumulation_steps",
+        warmup_reason="tqdm's rate is smoothed over recent steps, so it carries the slow first steps for a while",
+    ),
+    Preset(
+        "torchtitan", "torchtitan", "pytorch/torchtitan torchtitan/components/metrics.py", "tps", (TOKENS_PER_S,),
+        True, 1, "training.local_batch_size", None, "training.global_batch_size",
+        warmup_reason="step 1 includes compilation",
+    ),
+    Preset(
+        "lightning", "Lightning / NeMo", "Lightning TQDMProgressBar/RichProgressBar; NVIDIA/NeMo progress printer",
+        "train_step_timing in s (NeMo), else progress bar it/s (micro-batches)",
+        (S_PER_STEP, BATCHES_PER_S, S_PER_BATCH), False, 3,
+        "data.micro_batch_size", "trainer.accumulate_grad_batches", flag_style="{flag}={value}",
+        warmup_reason="the first steps include compilation and the sanity-check validation",
+    ),
+    Preset(
+        "deepspeed", "DeepSpeed", "microsoft/DeepSpeed deepspeed/utils/timer.py", "CurrSamplesPerSec",
+        (SAMPLES_PER_S,), False, 2, "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+        flag_style='"{flag}": {value}',
+        warmup_reason="DeepSpeed's own timer starts at step 2",
+    ),
+    Preset(
+        "fairseq", "fairseq", "facebookresearch/fairseq fairseq/logging/progress_bar.py", "wps (train_inner)",
+        (TOKENS_PER_S,), False, 1, "batch-size", "update-freq",
+        warmup_reason="the first interval includes start-up",
+    ),
+    Preset(
+        "timm", "timm (pytorch-image-models)", "huggingface/pytorch-image-models train.py", "Time: ...s, N/s",
+        (SAMPLES_PER_S,), False, 1, "batch-size", "grad-accum-steps",
+        warmup_reason="the first logged update includes start-up and cuDNN autotuning",
+    ),
+    Preset(
+        "nanochat", "nanochat", "karpathy/nanochat scripts/base_train.py", "tok/sec", (TOKENS_PER_S,), False, 10,
+        "device-batch-size", None, "total-batch-size",
+        warmup_reason="nanochat itself leaves the first 10 steps out of its training time (compilation)",
+    ),
+)
+
+PRESETS: dict[str, Preset] = {p.name: p for p in _PRESETS}
+
+PRESET_PARSERS: dict[str, Callable[[], LineParser]] = {
+    "nanogpt": NanoGPTParser,
+    "megatron": MegatronParser,
+    "hf": HFTrainerParser,
+    "torchtitan": TorchTitanParser,
+    "lightning": LightningParser,
+    "deepspeed": DeepSpeedParser,
+    "fairseq": FairseqParser,
+    "timm": TimmParser,
+    "nanochat": NanochatParser,
+}
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called `name`; ValueError (one line, listing the valid names) otherwise."""
+    if name not in PRESETS:
+        raise ValueError(f"parser preset {name!r} is not known; valid presets: {', '.join(PRESETS)}")
+    return PRESETS[name]
