@@ -38,7 +38,7 @@ class NanoGPTParser(LineParser):
     def parse_line(self, text: str) -> Measurement | None:
         m = self._rx.search(text)
         ms = to_float(m.group("ms")) if m else None
-        if ms is None:
+        if not ms:  # None, or 0: a step time of zero is no measurement
             return None
         return Measurement(ms, step=int(m.group("step")), unit=MS_PER_STEP, step_time_s=ms / 1000.0)
 
@@ -54,7 +54,7 @@ class MegatronParser(LineParser):
     def parse_line(self, text: str) -> Measurement | None:
         m = self._rx.search(text)
         ms = to_float(m.group("ms")) if m else None
-        if ms is None:
+        if not ms:  # Megatron prints 0.0 for iterations it did not time
             return None
         g = self._gbs.search(text)
         return Measurement(
@@ -107,10 +107,11 @@ class HFTrainerParser(LineParser):
 
 class TorchTitanParser(LineParser):
     """pytorch/torchtitan metrics.py MetricsProcessor.log: `step: N  loss: X  memory: ...GiB(..%)  tps: 1,234
-    tflops: ...  mfu: ...%` (tokens/s per device). `validate step:` lines are not read."""
+    tflops: ...  mfu: ...%` (tokens/s per device; early releases called it `wps:`). `validate step:` lines
+    are not read."""
 
-    needle = b"tps:"
-    _rx = re.compile(rf"(?<![\w])step:\s*(?P<step>\d{{1,18}})\b.*?\btps:\s*(?P<tps>{_NUM})")
+    needle = b"ps:"
+    _rx = re.compile(rf"(?<![\w])step:\s*(?P<step>\d{{1,18}})\b.*?\b[tw]ps:\s*(?P<tps>{_NUM})")
 
     def parse_line(self, text: str) -> Measurement | None:
         if re.search(r"\b(?:validate|validation|eval)\w*\s+step:", text, re.IGNORECASE):
@@ -153,7 +154,11 @@ class LightningParser(LineParser):
                 it = self._nemo_iter.search(text)
                 step = int(it.group(1)) if it else None
             e = re.search(r"\b[Ee]poch\s+(\d{1,9})", text)
-            return Measurement(v, epoch=int(e.group(1)) if e else None, step=step, unit=S_PER_STEP, step_time_s=v)
+            g = re.search(r"global_batch_size\s*[=:]\s*(\d{1,12})\b", text)
+            return Measurement(
+                v, epoch=int(e.group(1)) if e else None, step=step, unit=S_PER_STEP, step_time_s=v,
+                global_batch_size=int(g.group(1)) if g else None,
+            )
         r = self._rich.search(text)
         if r:
             return self._bar(r.group("epoch"), r.group("n"), r.group("rate"), r.group("per"))

@@ -52,19 +52,20 @@ class Preset:
     splits_apply: bool = False  # True: the framework has a batch_split_factor (Myrtle's joint split)
     flag_style: str = "--{flag}={value}"  # how a flag and its value are written on the command line
     warmup_reason: str = ""  # why the first figures are skipped
+    accum_flag_is_total: bool = False  # the accumulation flag counts micro-batches over all devices (nanoGPT)
 
     @property
     def unit(self) -> str:
         """The unit of the preferred figure."""
         return self.units[0]
 
-    def recommend(self, *, per_device_batch: int, accum: int, global_batch_size: int | None = None) -> str:
+    def recommend(self, *, per_device_batch: int, accum: int, global_batch_size: int | None = None, num_devices: int = 1) -> str:
         """The framework's own flags for a chosen candidate, e.g. `--batch_size=16 --gradient_accumulation_steps=2`."""
         parts = []
         if self.micro_batch_flag:
             parts.append(self._flag(self.micro_batch_flag, per_device_batch))
         if self.accum_flag:
-            parts.append(self._flag(self.accum_flag, accum))
+            parts.append(self._flag(self.accum_flag, accum * num_devices if self.accum_flag_is_total else accum))
         elif self.global_batch_flag and global_batch_size is not None:
             parts.append(self._flag(self.global_batch_flag, global_batch_size))
         return (", " if self.flag_style.startswith('"') else " ").join(parts)
@@ -86,6 +87,7 @@ _PRESETS = (
         "nanogpt", "nanoGPT", "karpathy/nanoGPT train.py", "time ...ms (per iter)", (MS_PER_STEP,), False, 5,
         "batch_size", "gradient_accumulation_steps",
         warmup_reason="iter 0 evaluates and compiles; nanoGPT itself waits 5 iters before its MFU",
+        accum_flag_is_total=True,
     ),
     Preset(
         "megatron", "Megatron-LM", "NVIDIA/Megatron-LM megatron/training/training.py",
