@@ -1,0 +1,115 @@
+"""`python -m sweep.logs`: the log checker on logs printed exactly as the frameworks print them
+(tests/fake_trainer.py), its figures table and summary, and its one-line errors."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweep.logs import main
+
+HERE = Path(__file__).resolve().parent
+TRAINER = HERE / "fake_trainer.py"
+
+
+def fake_log(tmp_path: Path, kind: str, **kw: int) -> Path:
+    args = dict(accum=2, per_device_batch=16, global_batch_size=256, num_devices=8, steps=12) | kw
+    out = subprocess.run(
+        [sys.executable, str(TRAINER), f"--kind={kind}", *(f"--{k}={v}" for k, v in args.items())],
+        check=True, capture_output=True,
+    ).stdout
+    path = tmp_path / f"{kind}.log"
+    path.write_bytes(out)
+    return path
+
+
+def check(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def expected_samples_per_s(accum: int = 2, b: int = 16, devices: int = 8) -> float:
+    return devices * 200.0 * b / (b + 8) * (1 - 0.02 * (accum - 1))  # fake_trainer's model
+
+
+@pytest.mark.parametrize(
+    "kind,parser,extra,unit,scale",
+    [
+        ("step_time", "nanogpt", ["--global-batch-size", "256"], "samples/s", 1.0),
+        ("tokens", "torchtitan", ["--num-devices", "8"], "tokens/s", 1024.0),
+        ("samples", "timm", [], "samples/s", 1.0),
+    ],
+)
+def test_checker_reports_what_a_trial_would_record(tmp_path: Path, kind: str, parser: str, extra: list[str], unit: str, scale: float) -> None:
+    log = fake_log(tmp_path, kind)
+    code, out, err = check(str(log), "--parser", parser, *extra)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split()[:7] == ["line", "rank", "epoch", "step", "value", "unit", "counts"]
+    skip = {"nanogpt": 5, "torchtitan": 1, "timm": 1}[parser]
+    roles = lines[1 : lines.index("")]  # the figures table, one row per figure
+    assert sum(" warm-up " in ln for ln in roles) == skip and sum(" measured " in ln for ln in roles) == 12 - skip
+    summary = next(ln for ln in lines if ln.startswith("throughput: "))
+    value = float(summary.split()[1].replace(",", ""))
+    assert value == pytest.approx(expected_samples_per_s() * scale, rel=0.011)  # within the fake's 1% jitter
+    assert f" {unit}, 95% interval [" in summary
+    assert lines[-1].startswith("from: median of ")
+
+
+def test_checker_skip_first_and_tokens(tmp_path: Path) -> None:
+    log = fake_log(tmp_path, "step_time")
+    code, out, _ = check(str(log), "--parser", "nanogpt", "--global-batch-size", "256", "--tokens-per-sample", "1024", "--skip-first", "1")
+    assert code == 0
+    assert "warm-up: first 1 figure(s)" in out
+    summary = next(ln for ln in out.splitlines() if ln.startswith("throughput: "))
+    assert "tokens/s" in summary
+    assert float(summary.split()[1].replace(",", "")) == pytest.approx(expected_samples_per_s() * 1024, rel=0.011)
+
+
+def test_checker_single_figure_interval_is_unknown(tmp_path: Path) -> None:
+    log = fake_log(tmp_path, "samples", steps=2)
+    code, out, _ = check(str(log), "--parser", "timm")
+    assert code == 0
+    assert "95% interval unknown (one figure only: its interval is unknown)" in out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--parser", "keras"], "sweep.logs: --parser 'keras' is not known; valid parsers: deepspeed, fairseq, hf, jsonl"),
+        (["--parser", "timm"], "sweep.logs: no figures the timm parser recognises in "),
+        (["--parser", "nanogpt"], "sweep.logs: a figure in ms/step needs the global batch size (--global-batch-size)"),
+        (["--parser", "nanogpt", "--num-devices", "0"], "sweep.logs: argument --num-devices: 0 must be >= 1"),
+        (["--parser", "nanogpt", "--skip-first", "x"], "sweep.logs: argument --skip-first: 'x' is not a whole number"),
+        (["--parser", "regex"], "sweep.logs: parser.type='regex' needs pattern"),
+        ([], "sweep.logs: the following arguments are required: --parser"),
+    ],
+)
+def test_checker_bad_input_is_one_line(tmp_path: Path, argv: list[str], message: str) -> None:
+    log = fake_log(tmp_path, "step_time")
+    code, _, err = check(str(log), *argv)
+    assert code == 2
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_checker_missing_file(tmp_path: Path) -> None:
+    code, out, err = check(str(tmp_path / "nope.log"), "--parser", "timm")
+    assert (code, out) == (2, "") and err == f"sweep.logs: cannot read {tmp_path / 'nope.log'}: No such file or directory\n"
+
+
+def test_checker_as_a_command(tmp_path: Path) -> None:
+    """The real entry point: exit status 2 and one line on stderr, no traceback; 0 and the table on success."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])}
+    log = fake_log(tmp_path, "tokens")
+    ok = subprocess.run([sys.executable, "-m", "sweep.logs", str(log), "--parser", "torchtitan", "--num-devices", "8"],
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and "tokens/s" in ok.stdout and ok.stderr == ""
+    bad = subprocess.run([sys.executable, "-m", "sweep.logs", str(log), "--parser", "nanogpt"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == f"sweep.logs: no figures the nanogpt parser recognises in {log}\n"
