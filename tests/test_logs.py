@@ -113,3 +113,30 @@ def test_checker_as_a_command(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "sweep.logs", str(log), "--parser", "nanogpt"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == f"sweep.logs: no figures the nanogpt parser recognises in {log}\n"
+
+
+def test_readme_checker_example_is_real_output(tmp_path: Path) -> None:
+    """The README's example is this command's output on fake_trainer's nanoGPT-format log."""
+    readme = (HERE.parent / "README.md").read_text()
+    section = readme.split("## Sweeping any training framework", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```\n$ ", 1)[1].split("```", 1)[0]
+    command, shown = block.split("\n", 1)
+    log = fake_log(tmp_path, "step_time", steps=10)
+    args = command.split()[3:]  # after "python -m sweep.logs"
+    assert args[0] == "train.log"
+    code, out, _ = check(str(log), *args[1:])
+    assert code == 0 and out == shown
+
+
+def test_readme_preset_table_lists_every_preset_and_its_flags() -> None:
+    from sweep.parsers import PRESETS
+
+    readme = (HERE.parent / "README.md").read_text()
+    section = readme.split("## Sweeping any training framework", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(" `"): line for line in section.splitlines() if line.startswith("| `")}
+    assert set(rows) == set(PRESETS)
+    for name, preset in PRESETS.items():
+        for flag in (preset.micro_batch_flag, preset.accum_flag, preset.global_batch_flag):
+            if flag:
+                assert flag in rows[name], (name, flag)
+        assert preset.unit in rows[name]
