@@ -82,7 +82,7 @@ def test_checker_single_figure_interval_is_unknown(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--parser", "keras"], "sweep.logs: --parser 'keras' is not known; valid parsers: deepspeed, fairseq, hf, jsonl"),
+        (["--parser", "keras"], "sweep.logs: --parser 'keras' is not known; valid parsers: jsonl, myrtle, regex, and the framework presets deepspeed"),
         (["--parser", "timm"], "sweep.logs: no figures the timm parser recognises in "),
         (["--parser", "nanogpt"], "sweep.logs: a figure in ms/step needs the global batch size (--global-batch-size)"),
         (["--parser", "nanogpt", "--num-devices", "0"], "sweep.logs: argument --num-devices: 0 must be >= 1"),

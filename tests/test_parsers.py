@@ -140,9 +140,9 @@ def test_empty_spec_means_myrtle() -> None:
 @pytest.mark.parametrize(
     "spec,message",
     [
-        ({"type": "csv"}, "parser.type='csv' is not supported; valid types: deepspeed, fairseq, hf, jsonl, lightning, megatron, myrtle, "
-                         "nanochat, nanogpt, regex, timm, torchtitan"),
-        ({"pattern": "x"}, "parser: 'type' is missing; valid types: deepspeed, fairseq, hf, jsonl"),
+        ({"type": "csv"}, "parser.type='csv' is not supported; valid types: jsonl, myrtle, regex, and the framework presets deepspeed, "
+                         "fairseq, hf, lightning, megatron, nanochat, nanogpt, timm, torchtitan"),
+        ({"pattern": "x"}, "parser: 'type' is missing; valid types: jsonl, myrtle, regex, and the framework presets deepspeed"),
         ({"type": "regex"}, "parser.type='regex' needs pattern"),
         ({"type": "regex", "pattern": r"(?P<tput>\d+)"}, "has no named group 'throughput'"),
         ({"type": "regex", "pattern": r"(?P<throughput>\d+"}, "does not compile: missing ), unterminated subpattern"),

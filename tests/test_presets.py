@@ -320,7 +320,7 @@ def test_settings_defaults_and_overrides() -> None:
 @pytest.mark.parametrize(
     "spec,message",
     [
-        ({"type": "nanogtp"}, "parser.type='nanogtp' is not supported; valid types: deepspeed, fairseq, hf"),
+        ({"type": "nanogtp"}, "parser.type='nanogtp' is not supported; valid types: jsonl, myrtle, regex, and the framework presets"),
         ({"type": "nanogpt", "skip_first": -1}, "parser.skip_first=-1 must be a whole number >= 0"),
         ({"type": "nanogpt", "tokens_per_sample": 0}, "parser.tokens_per_sample=0 must be a positive number"),
         ({"type": "nanogpt", "throughput_unit": "it/s"}, "parser.throughput_unit='it/s' is not one of samples/s, tokens/s"),

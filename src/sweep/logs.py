@@ -15,7 +15,7 @@ import sys
 from typing import Sequence, TextIO
 
 from sweep.parsers import PRESETS, ThroughputSummary, parser_settings, scan_file
-from sweep.parsers.formats import PARSER_TYPES
+from sweep.parsers.formats import PARSER_TYPES, valid_types
 from sweep.parsers.throughput import IGNORED, ThroughputError
 
 BAD_INPUT = 2
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextI
 
 def _check(args: argparse.Namespace, out: TextIO) -> int:
     if args.parser not in PARSER_TYPES:
-        raise _BadInput(f"sweep.logs: --parser {args.parser!r} is not known; valid parsers: {', '.join(sorted(PARSER_TYPES))}")
+        raise _BadInput(f"sweep.logs: --parser {args.parser!r} is not known; valid parsers: {valid_types()}")
     spec: dict = {"type": args.parser}
     for name in ("pattern", "key", "unit"):
         if getattr(args, name) is not None:

@@ -261,12 +261,18 @@ DEFAULT_PARSER_TYPE = "myrtle"
 COMMON_KEYS = ("skip_first", "stop_after", "tokens_per_sample", "throughput_unit")
 
 
+def valid_types() -> str:
+    """The parser types for an error message: the general formats, then the framework presets."""
+    formats = sorted(k for k in PARSER_TYPES if k not in PRESET_PARSERS)
+    return f"{', '.join(formats)}, and the framework presets {', '.join(sorted(PRESET_PARSERS))}"
+
+
 def make_parser(spec: Mapping[str, Any] | None) -> LineParser:
     """A fresh parser from a `parser:` config section; an empty section means Myrtle's format.
 
     Raises ValueError, one line, naming the bad type or key and the valid ones.
     """
-    valid = ", ".join(sorted(PARSER_TYPES))
+    valid = valid_types()
     if spec is None or (isinstance(spec, Mapping) and len(spec) == 0):
         spec = {"type": DEFAULT_PARSER_TYPE}
     if not isinstance(spec, Mapping):
