@@ -14,10 +14,11 @@ distribution-free 95% interval (core/stats.py), whatever the unit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from sweep.core.stats import _binom_cdf, median, median_interval_ranks
+from sweep.core.stats import median, median_interval_ranks
 from sweep.parsers.lines import Measurement
 
 SAMPLES_PER_S = "samples/s"
@@ -133,7 +134,8 @@ def interval(values: Sequence[float], level: float = 0.95) -> tuple[float | None
         return None, None, "one figure only: its interval is unknown"
     s = sorted(values)
     lo, hi = median_interval_ranks(n, level)
-    coverage = 1.0 - 2.0 * _binom_cdf(lo, n)
+    # P(true median inside [x_(lo), x_(hi)]) = 1 - 2 P(Binomial(n, 1/2) <= lo)
+    coverage = 1.0 - 2.0 * sum(math.comb(n, i) for i in range(lo + 1)) / 2**n
     note = "" if coverage >= level else f"only {n} figures: the interval is their range, {coverage:.0%} coverage, not 95%"
     return s[lo], s[hi], note
 
