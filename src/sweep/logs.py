@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from sweep.parsers import PRESETS, ThroughputSummary, parser_settings, scan_file
 from sweep.parsers.formats import PARSER_TYPES, valid_types
@@ -142,7 +143,7 @@ def _print_figures(out: TextIO, measurements: Sequence, summary: ThroughputSumma
 
 
 def _print_summary(out: TextIO, s: ThroughputSummary, skip: int, by: str) -> None:
-    print("", file=out)
+    print(file=out)
     print(f"{len(s.figures)} figure(s); warm-up: first {skip} {'epoch(s)' if by == 'epochs' else 'figure(s)'}", file=out)
     if s.low is None or s.high is None:
         interval = f"95% interval unknown ({s.interval_note})"

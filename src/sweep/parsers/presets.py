@@ -10,8 +10,8 @@ a 1-D sweep (`splits_apply: false`) can print a recommendation in the framework'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from sweep.parsers.frameworks import (
     DeepSpeedParser,

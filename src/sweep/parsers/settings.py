@@ -9,13 +9,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from sweep.parsers.formats import COMMON_KEYS, DEFAULT_PARSER_TYPE, make_parser
 from sweep.parsers.lines import LineParser, Measurement
 from sweep.parsers.presets import PRESETS, Preset
-from sweep.parsers.throughput import THROUGHPUT_UNITS, BatchContext, ThroughputSummary, summarize
+from sweep.parsers.throughput import (
+    THROUGHPUT_UNITS,
+    BatchContext,
+    ThroughputSummary,
+    summarize,
+)
 
 # The built-in formats' warm-up: one epoch (or, in a log that numbers no epochs, one figure).
 DEFAULT_SKIP_FIRST = 1

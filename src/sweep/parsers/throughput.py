@@ -15,8 +15,8 @@ distribution-free 95% interval (core/stats.py), whatever the unit.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from sweep.core.stats import median, median_interval_ranks
 from sweep.parsers.lines import Measurement
