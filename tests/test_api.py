@@ -306,3 +306,27 @@ def test_api_and_report_do_not_import_matplotlib() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "MPLBACKEND": ""})
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("bad", [None, 3])
+def test_load_of_no_sweep_is_one_clear_error(bad):
+    with pytest.raises(api.LoadError) as err:
+        api.load(bad)
+    assert f"load({bad!r})" in str(err.value) and "sweep dir" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_files_are_written_with_the_users_umask(tmp_path):
+    import os
+    import stat
+
+    from sweep.core.schema import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "group-readable.json", "{}")
+        os.umask(0o077)
+        atomic_write_text(tmp_path / "private.json", "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "group-readable.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "private.json").stat().st_mode) == 0o600

@@ -90,7 +90,7 @@ def test_bad_command_templates_fail_in_one_line_before_launch(tmp_path, override
 
 
 def test_builtin_workload_as_a_command_with_a_real_oom(tmp_path):
-    """The shipped example sweeps/builtin_command.yaml, at test size, with a budget that the
+    """The shipped example sweep/conf/sweep/builtin_command.yaml, at test size, with a budget that the
     biggest joint batch exceeds: the OOM phase comes from the traceback in the log."""
     sweep_dir = tmp_path / "s"
     tiny = '["python","-m","sweep.workloads.rnnt.train","--global_batch_size={global_batch_size}","--grad_accumulation_batches={accum}","--batch_split_factor={split}","--epochs=2","--steps_per_epoch=1","--frames=16","--enc_hidden=16","--pred_hidden=16","--label_len=16","--vocab=4096","--joint_hidden=256","--memory_gib=0.25"]'

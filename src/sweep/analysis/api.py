@@ -143,12 +143,16 @@ def sweep_files(source: Source | Iterable[Source]) -> list[Path]:
     Paths are deduplicated by their resolved target, so "outputs/*" does not count
     outputs/latest twice. Globs skip matches that are not sweeps; explicit paths do not.
     """
+    if source is None:
+        raise LoadError("load(None): no sweep given: pass a sweep dir such as 'outputs/latest', a glob such as 'outputs/*', or a list of them")
     if isinstance(source, (str, os.PathLike)):
         sources: list[Source] = [source]
-    else:
+    elif isinstance(source, Iterable):
         sources = list(source)
-        if not sources:
-            raise LoadError("no sweep given: pass a sweep dir, a glob such as 'outputs/*', or a list of them")
+    else:
+        raise LoadError(f"load({source!r}): not a sweep: pass a sweep dir (str or Path), a glob, or a list of them")
+    if not sources:
+        raise LoadError("no sweep given: pass a sweep dir, a glob such as 'outputs/*', or a list of them")
     found: list[Path] = []
     seen: set[Path] = set()
     for src in sources:

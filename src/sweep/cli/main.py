@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-CONF_DIR = str(Path(__file__).resolve().parents[3] / "conf")
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")  # shipped inside the package
 EXIT_USAGE = 2
 
 

@@ -1,0 +1,85 @@
+"""A sweep's configuration fingerprint: what a trial measures depends on these values alone.
+
+A finished trial's throughput is only meaningful under the settings it ran with, so a
+sweep dir records the fingerprint of those settings, and every result carries it. A rerun
+or resume with other settings is refused (naming what differs) instead of relabelling
+old figures as new ones.
+
+Pure: plain nested dicts of JSON values in, a hex digest and human-readable differences out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Mapping
+
+# Launcher keys that shape a trial (how many ranks, where); the rest (partition, time limits,
+# comments, ...) change when or where a trial runs, not what it measures.
+LAUNCHER_SHAPE_KEYS = ("tasks_per_node", "gpus_per_node", "nodes", "cpus_per_task")
+# Trial settings that only decide when to stop, not what one step measures: a resumed sweep
+# may change them (e.g. raise the time limit) and still reuse what finished.
+TRIAL_KEYS_NOT_MEASURED = ("time_limit_s",)
+
+
+def fingerprint_values(
+    *,
+    machine: Mapping[str, Any],
+    workload: Mapping[str, Any],
+    trial: Mapping[str, Any],
+    global_batch_size: int,
+    num_devices: int,
+    launcher: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The values a fingerprint is made of, as one nested dict of JSON values."""
+    machine_values = {k: v for k, v in machine.items() if k not in ("description",)}
+    return {
+        "global_batch_size": int(global_batch_size),
+        "num_devices": int(num_devices),
+        "machine": _plain(machine_values),
+        "workload": _plain(workload),
+        "trial": _plain({k: v for k, v in trial.items() if k not in TRIAL_KEYS_NOT_MEASURED}),
+        "launcher": {k: _plain(launcher.get(k)) for k in LAUNCHER_SHAPE_KEYS},
+    }
+
+
+def fingerprint(values: Mapping[str, Any]) -> str:
+    """A short, stable digest of fingerprint_values(): key order and int/float spelling do not matter."""
+    text = json.dumps(_plain(values), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def differences(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """`key: old -> new` for every leaf that differs, dotted keys, sorted."""
+    out: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        name = f"{prefix}{key}"
+        a, b = old.get(key, _MISSING), new.get(key, _MISSING)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += differences(a, b, prefix=f"{name}.")
+        elif _plain(a) != _plain(b):
+            out.append(f"{name}: {_show(a)} -> {_show(b)}")
+    return out
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(unset)"
+
+
+_MISSING = _Missing()
+
+
+def _show(value: Any) -> str:
+    return repr(value) if value is _MISSING else json.dumps(value)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-comparable: tuples as lists, integral floats as ints (2.0 and 2 are the same setting)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
