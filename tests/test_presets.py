@@ -371,4 +371,3 @@ def test_each_preset_ships_a_1d_sweep_with_its_own_flags(name: str) -> None:
     assert "{split}" not in argv and "{per_device_batch}" in argv
     assert preset.micro_batch_flag in argv
     assert (preset.accum_flag or preset.global_batch_flag) in argv
-    assert (ROOT / "conf" / "sweep" / f"{name}.yaml").exists()  # how +sweep=NAME finds it
