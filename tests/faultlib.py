@@ -25,7 +25,7 @@ from typing import Iterator
 import yaml
 
 from sweep.core.ranking import TABLE_COLUMNS
-from sweep.core.schema import ALL_STATUSES, ENDED_FILE, RESULT_FILE, ResultError, read_result
+from sweep.core.schema import ALL_STATUSES, RESULT_FILE, ResultError, read_trial_record
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "fake_train.py"
@@ -120,16 +120,16 @@ def statuses(sweep_dir: Path) -> dict[tuple[int, int], tuple[str, str]]:
 
 
 def finished(sweep_dir: Path) -> dict[str, tuple]:
-    """Every result.json (else ended.json), each of which must parse: {trial: what identifies that measurement}."""
+    """Every trial's record as readers take it (result.json, else the sweep's ended.json), each of
+    which must parse: {trial: what identifies that measurement}."""
     out = {}
-    paths = sorted(sweep_dir.glob(f"trials/*/{RESULT_FILE}")) + sorted(sweep_dir.glob(f"trials/*/{ENDED_FILE}"))
-    for path in paths:
+    for tdir in sorted(p for p in sweep_dir.glob("trials/*") if p.is_dir()):
         try:
-            res = read_result(path)
+            res = read_trial_record(tdir)
         except ResultError as e:
             raise AssertionError(f"torn result file after a kill: {e}") from None
-        if path.parent.name not in out:
-            out[path.parent.name] = (res.status, res.started_at, res.finished_at, res.throughput, tuple(res.step_times_s))
+        if res is not None:
+            out[tdir.name] = (res.status, res.started_at, res.finished_at, res.throughput, tuple(res.step_times_s))
     return out
 
 
