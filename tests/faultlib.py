@@ -25,7 +25,7 @@ from typing import Iterator
 import yaml
 
 from sweep.core.ranking import TABLE_COLUMNS
-from sweep.core.schema import ALL_STATUSES, RESULT_FILE, ResultError, read_result
+from sweep.core.schema import ALL_STATUSES, RESULT_FILE, ResultError, read_trial_record
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "fake_train.py"
@@ -120,15 +120,16 @@ def statuses(sweep_dir: Path) -> dict[tuple[int, int], tuple[str, str]]:
 
 
 def finished(sweep_dir: Path) -> dict[str, tuple]:
-    """Every result.json, each of which must parse: {trial: what identifies that measurement}."""
+    """Every trial's record as readers take it (result.json, else the sweep's ended.json), each of
+    which must parse: {trial: what identifies that measurement}."""
     out = {}
-    for path in sorted(sweep_dir.glob(f"trials/*/{RESULT_FILE}")):
+    for tdir in sorted(p for p in sweep_dir.glob("trials/*") if p.is_dir()):
         try:
-            res = read_result(path)
+            res = read_trial_record(tdir)
         except ResultError as e:
             raise AssertionError(f"torn result file after a kill: {e}") from None
-        # Not log/job_id: the sweep fills those into the trial's own record when it lands.
-        out[path.parent.name] = (res.status, res.started_at, res.finished_at, res.throughput, tuple(res.step_times_s))
+        if res is not None:
+            out[tdir.name] = (res.status, res.started_at, res.finished_at, res.throughput, tuple(res.step_times_s))
     return out
 
 
@@ -159,7 +160,7 @@ def stop_leftover_jobs(sweep_dir: Path) -> int:
         if not job_dir.name.isdigit() or not backends._local_job_alive(int(job_dir.name)):
             continue
         alive += 1
-        tasks, groups = backends._local_tree(int(job_dir.name))
+        tasks, groups = backends.local_tree(int(job_dir.name))
         for pgid in groups:
             try:
                 os.killpg(pgid, signal.SIGKILL)

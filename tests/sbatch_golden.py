@@ -86,9 +86,9 @@ def sbatch_text(overrides: list[str], sweep_dir: str = SWEEP_DIR) -> str:
     from sweep.launch import backend as backends
 
     plan = compose_plan(overrides, sweep_dir)
-    backends.check_task_layout(plan.launcher, plan.machine)
+    backends.check_task_layout(plan.launcher, plan.machine.num_devices)
     with _srun_not_required():
-        executor = backends.make_executor(plan.launcher, plan.time_limit_s)._executor
+        executor = backends.make_executor(plan.launcher, plan.time_limit_s)
         text = executor._make_submission_file_text(executor._submitit_command_str, "uid")
     return normalise(text, sweep_dir)
 

@@ -183,3 +183,58 @@ def test_sweep_debug_shows_the_traceback(tmp_path, searchpath):
     assert "Traceback (most recent call last)" in proc.stderr
     assert "SweepError: global_batch_size=0 is not valid" in proc.stderr
     assert not (tmp_path / "sweep_dir").exists()
+
+
+# -- bugs are not bad input ------------------------------------------------------------------------
+
+
+def run_main_in_process(args: list[str], monkeypatch) -> int:
+    from sweep.cli.main import main
+
+    monkeypatch.setattr(sys, "argv", ["sweep", *args])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.delenv("SWEEP_DEBUG", raising=False)
+    return main()
+
+
+def test_a_bug_shows_its_traceback_and_where_to_report_it(tmp_path, monkeypatch, capsys):
+    from sweep.cli.main import BUG_LINE
+    from sweep.orchestration import orchestrator
+
+    def broken(plan):
+        return {}["no such key"]  # a bug in sweep, not in anything the user gave
+
+    monkeypatch.setattr(orchestrator, "dry_run_text", broken)
+    code = run_main_in_process(["dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}"], monkeypatch)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback (most recent call last)" in err and "KeyError: 'no such key'" in err and "in broken" in err
+    assert err.splitlines()[-1] == BUG_LINE
+    assert "sweep: error:" not in err
+
+
+def test_bad_input_in_process_is_still_one_line_with_exit_2(tmp_path, monkeypatch, capsys):
+    code = run_main_in_process(["global_batch_size=0", f"hydra.sweep.dir={tmp_path / 's'}"], monkeypatch)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == [err.strip()] and err.startswith("sweep: error: global_batch_size=0 is not valid")
+
+
+def _fixable_cases():
+    import yaml
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+    from sweep.errors import SweepError
+
+    fixable = [SweepError("x"), ConfigCompositionException("x"), MissingConfigException("x", "y"), OverrideParseException("a", "x"),
+               ValidationError("x"), ConfigKeyError("x"), ConfigAttributeError("x"), yaml.YAMLError("x")]
+    bugs = [KeyError("x"), TypeError("x"), AttributeError("x"), ValueError("x"), ZeroDivisionError(), OSError(5, "x")]
+    return [(e, True) for e in fixable] + [(e, False) for e in bugs]
+
+
+@pytest.mark.parametrize("exc, fixable", _fixable_cases(), ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v))
+def test_only_errors_in_the_input_count_as_the_users_to_fix(exc, fixable):
+    from sweep.cli.main import user_fixable
+
+    assert user_fixable(exc) is fixable

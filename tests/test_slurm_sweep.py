@@ -64,10 +64,10 @@ def test_sbatch_script_runs_one_task_per_device() -> None:
     for name, overrides in CASES.items():
         plan = compose_plan(overrides)
         text = sbatch_text(overrides)
-        nodes, per_node = plan.machine["nodes"], plan.meta.num_devices // plan.machine["nodes"]
+        nodes, per_node = plan.machine.nodes, plan.meta.num_devices // plan.machine.nodes
         assert f"#SBATCH --nodes={nodes}\n" in text, name
         assert f"#SBATCH --ntasks-per-node={per_node}\n" in text, name
-        if plan.machine["device"] == "cuda":
+        if plan.machine.device == "cuda":
             assert f"#SBATCH --gpus-per-node={per_node}\n" in text, name
 
 
@@ -79,7 +79,7 @@ def test_task_layout_that_does_not_match_the_devices_is_refused() -> None:
     # so that the test holds whichever of the two raises.
     with pytest.raises(SweepError, match=r"tasks_per_node=2 x hydra.launcher.nodes=2 = 4 tasks, but machine.num_devices=2.*tasks_per_node=1"):
         plan = compose_plan(["+machine=cpu2", "machine.nodes=2", "hydra.launcher.tasks_per_node=2", "hydra/launcher=submitit_slurm"])
-        check_task_layout(plan.launcher, plan.machine)
+        check_task_layout(plan.launcher, plan.machine.num_devices)
 
 
 # -- helpers for the cluster tests --------------------------------------------------------------
@@ -348,14 +348,14 @@ def joint_and_loss() -> bytes:
     return bytearray(1 << 44)  # 16 TiB: refused at once by the kernel's overcommit check
 
 
-def _oom_without_a_record(spec: dict[str, Any]) -> None:
+def _oom_without_a_record(spec: Any) -> None:
     joint_and_loss()
 
 
 @pytest.mark.slurm
 def test_job_that_leaves_no_record_is_classified_from_its_slurm_log(slurm_cluster: Any, tmp_path: Path) -> None:
     from sweep.launch import backend as backends
-    from sweep.core.schema import RESULT_FILE, read_result
+    from sweep.core.schema import ENDED_FILE, RESULT_FILE, read_result
 
     sweep_dir = tmp_path / "s"
     plan = compose_plan(_slurm_args(slurm_cluster, "accum=1", "split=1"), str(sweep_dir))
@@ -369,6 +369,7 @@ def test_job_that_leaves_no_record_is_classified_from_its_slurm_log(slurm_cluste
     res = backends.ended_job_result(job, spec, tdir, timed_out=False, cancelled=False, wall_s=1.0)
     assert (res.status, res.oom_phase) == ("oom", "joint")
     assert "MemoryError" in res.error and res.log in res.error
-    assert res.log == str(sweep_dir / ".submitit" / job.job_id / f"{job.job_id}_0_log.out")
+    assert res.log == str(job.paths.stdout) == str(sweep_dir / ".submitit" / job.job_id / f"{job.job_id}_0_log.out")
     assert _wait_until(f"job {job.job_id} ended in sacct", lambda: _ended(job.job_id)) == ["FAILED"]
-    assert read_result(tdir / RESULT_FILE).status == "oom"  # recorded, so a resumed sweep keeps it
+    # Recorded by the orchestrator in its own file (result.json is the trial's), so a resumed sweep keeps it.
+    assert read_result(tdir / ENDED_FILE).status == "oom" and not (tdir / RESULT_FILE).exists()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
+import pickle
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,8 @@ import torch
 
 from sweep.core.config import MachineConfig, TrialConfig
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
-from sweep.core.schema import RESULT_FILE, TrialResult, read_result
+from sweep.core.schema import RESULT_FILE, OomPhase, Status, read_result
+from sweep.core.spec import TrialSpec
 from sweep.core.stats import median
 from sweep.workloads.rnnt.runner import run_trial
 
@@ -31,38 +32,38 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def make_spec(tmp_path: Path, accum=2, split=2, global_batch=8, memory_gib=2.0, workload=SMALL, **machine) -> dict:
+def make_spec(tmp_path: Path, accum=2, split=2, global_batch=8, memory_gib=2.0, workload=SMALL, **machine) -> TrialSpec:
     per_device = global_batch // accum
     key = f"accum{accum}_split{split}"
-    return dict(
+    return TrialSpec(
         accum=accum,
         split=split,
         per_device_batch=per_device,
         joint_batch=per_device // split,
         global_batch_size=global_batch,
         num_devices=1,
-        machine=asdict(MachineConfig(memory_gib=memory_gib, **machine)),
-        workload=asdict(workload),
-        trial=asdict(TrialConfig(warmup_steps=1, measure_steps=4, seed=0)),
+        machine=MachineConfig(memory_gib=memory_gib, **machine),
+        workload=workload,
+        trial=TrialConfig(warmup_steps=1, measure_steps=4, seed=0),
         trial_dir=str(tmp_path / "trials" / key),
-        log=str(tmp_path / "logs" / f"{key}.log"),
     )
 
 
 def test_ok_trial_writes_a_complete_record(tmp_path, capsys):
     spec = make_spec(tmp_path)
     returned = run_trial(spec)
-    record = read_result(Path(spec["trial_dir"]) / RESULT_FILE)
+    record = read_result(Path(spec.trial_dir) / RESULT_FILE)
 
-    assert record == TrialResult.from_dict(returned)
-    assert (record.status, record.oom_phase, record.error) == ("ok", None, "")
+    assert record == returned
+    assert (record.status, record.oom_phase, record.error) == (Status.OK, None, "")
     assert (record.accum, record.split, record.per_device_batch, record.joint_batch) == (2, 2, 4, 2)
     assert record.warmup_steps == 1 and len(record.step_times_s) == 4
     assert record.throughput == pytest.approx(8 / median(record.step_times_s))
     assert record.throughput_low <= record.throughput <= record.throughput_high
     assert record.peak_mem_gib is not None and record.peak_mem_gib >= 0
     assert record.wall_s > 0 and record.started_at <= record.finished_at
-    assert (record.log, record.device) == (spec["log"], "cpu")
+    # Outside a submitit job there is no job log or id; inside one, submitit's JobEnvironment gives them.
+    assert (record.log, record.job_id, record.device) == ("", "", "cpu")
     out = capsys.readouterr().out
     assert "accum=2 split=2 per_device_batch=4 joint_batch=2" in out
     assert "step 5/5" in out and "result ok:" in out
@@ -72,16 +73,15 @@ def test_failed_trial_is_recorded_then_raised(tmp_path):
     spec = make_spec(tmp_path, workload=RNNTWorkloadConfig(**{**asdict(SMALL), "optimizer": "lion"}))
     with pytest.raises(ValueError, match="optimizer='lion'"):
         run_trial(spec)
-    record = read_result(Path(spec["trial_dir"]) / RESULT_FILE)
-    assert record.status == "failed"
+    record = read_result(Path(spec.trial_dir) / RESULT_FILE)
+    assert record.status == Status.FAILED
     assert record.error.startswith("ValueError: workload.optimizer='lion' is not valid")
     assert "\n" not in record.error
 
 
 def test_several_devices_outside_a_job_run_as_one_process(tmp_path, capsys):
-    spec = make_spec(tmp_path, accum=1, split=1, global_batch=4)
-    spec.update(num_devices=2, per_device_batch=2, joint_batch=2)
-    assert run_trial(spec)["status"] == "ok"
+    spec = replace(make_spec(tmp_path, accum=1, split=1, global_batch=4), num_devices=2, per_device_batch=2, joint_batch=2)
+    assert run_trial(spec).status == Status.OK
     assert "not inside a multi-task job" in capsys.readouterr().out
 
 
@@ -96,14 +96,14 @@ ENCODER_HOG = RNNTWorkloadConfig(**{**asdict(SMALL), "frames": 800, "enc_hidden"
 )
 def test_oom_trial_in_a_subprocess_records_the_phase(tmp_path, phase, workload, accum, split):
     spec = make_spec(tmp_path, accum=accum, split=split, global_batch=4, memory_gib=4 / 1024, workload=workload, cpu_threads=1)
-    spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps(spec))
-    code = "import json, sys; from sweep.workloads.rnnt.runner import run_trial; run_trial(json.load(open(sys.argv[1])))"
+    spec_file = tmp_path / "spec.pkl"
+    spec_file.write_bytes(pickle.dumps(spec))  # as submitit hands it to the job
+    code = "import pickle, sys; from sweep.workloads.rnnt.runner import run_trial; run_trial(pickle.load(open(sys.argv[1], 'rb')))"
     proc = subprocess.run([sys.executable, "-c", code, str(spec_file)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]  # an OOM is a result, not a crash
 
-    record = read_result(Path(spec["trial_dir"]) / RESULT_FILE)
-    assert (record.status, record.oom_phase) == ("oom", phase)
+    record = read_result(Path(spec.trial_dir) / RESULT_FILE)
+    assert (record.status, record.oom_phase) == (Status.OOM, OomPhase(phase))
     assert record.error.startswith("DefaultCPUAllocator: can't allocate memory: you tried to allocate ")
     assert record.error.endswith(f"in phase {phase}")
     assert record.throughput is None and record.wall_s > 0

@@ -1,14 +1,19 @@
-"""Registers the typed config schemas in Hydra's ConfigStore."""
+"""Registers the typed config schemas in Hydra's ConfigStore: the sweep's own, and each workload's."""
 
 from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
 
+from sweep import workloads
 from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig
-from sweep.workloads.command.config import CommandWorkloadConfig
-from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 
-__all__ = ["CommandWorkloadConfig", "MachineConfig", "RNNTWorkloadConfig", "SearchConfig", "SweepConfig", "TrialConfig", "register_configs"]
+__all__ = ["MachineConfig", "SearchConfig", "SweepConfig", "TrialConfig", "register_configs", "schema_levels"]
+
+
+def schema_levels() -> list[tuple[str, type]]:
+    """(config path, schema) for every typed level a key can be missing from."""
+    levels: list[tuple[str, type]] = [("", SweepConfig), ("machine", MachineConfig), ("trial", TrialConfig), ("search", SearchConfig)]
+    return levels + [("workload", w.schema) for w in workloads.REGISTRY.values()]
 
 
 def register_configs() -> None:
@@ -20,6 +25,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="sweep_schema", node=SweepConfig)
     cs.store(group="machine", name="machine_schema", node=MachineConfig, package="machine")
-    cs.store(group="workload", name="rnnt_schema", node=RNNTWorkloadConfig, package="workload")
-    cs.store(group="workload", name="command_schema", node=CommandWorkloadConfig, package="workload")
+    for workload in workloads.REGISTRY.values():
+        # conf/workload/<name>.yaml extends `<name>_schema`.
+        cs.store(group="workload", name=f"{workload.name}_schema", node=workload.schema, package="workload")
     cs.store(group="search", name="search_schema", node=SearchConfig, package="search")

@@ -1,7 +1,9 @@
 """`python -m sweep [OVERRIDES...]`: compose conf/ with Hydra and run a sweep.
 
-Bad input ends with one line on stderr naming the value and what would be valid,
-exit status 2, no traceback (SWEEP_DEBUG=1 or HYDRA_FULL_ERROR=1 shows it).
+Bad input (a SweepError, a Hydra or OmegaConf config error, malformed YAML) ends with
+one line on stderr naming the value and what would be valid, exit status 2, no traceback
+(SWEEP_DEBUG=1 or HYDRA_FULL_ERROR=1 shows it). Anything else is a bug in sweep: its
+traceback, a line saying so, exit status 1.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")  # shipped inside the package
 EXIT_USAGE = 2
+EXIT_BUG = 1
+BUG_LINE = "sweep: this is a bug in sweep, not in your input; please report it with the traceback above (an issue in sweep's repository)"
 
 
 def _task(cfg: Any) -> None:
@@ -30,7 +34,7 @@ def _task(cfg: Any) -> None:
     plan = make_plan(cfg, [], sweep_dir)
     cand = next(c for c in plan.candidates if c.valid)
     spec = plan.spec(cand, trial_dir(sweep_dir, cand.key))
-    print(json.dumps(run_job(spec), indent=2))
+    print(json.dumps(run_job(spec).to_dict(), indent=2))
 
 
 def expand_resume(argv: list[str]) -> list[str]:
@@ -78,12 +82,29 @@ def main() -> int:
     except KeyboardInterrupt:
         print("sweep: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - turned into one line unless debugging
+    except Exception as exc:  # noqa: BLE001 - sorted below: the user's to fix, or ours
+        if not user_fixable(exc):
+            import traceback
+
+            traceback.print_exc()
+            print(BUG_LINE, file=sys.stderr)
+            return EXIT_BUG
         if debug:
             raise
         print(f"sweep: error: {one_line_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
     return orchestrator.exit_code
+
+
+def user_fixable(exc: BaseException) -> bool:
+    """Errors in what the user gave: sweep's own, Hydra's and OmegaConf's config errors, and YAML errors."""
+    import yaml
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from sweep.errors import SweepError
+
+    return isinstance(exc, (SweepError, HydraException, OmegaConfBaseException, yaml.YAMLError))
 
 
 def one_line_error(exc: BaseException) -> str:
@@ -148,10 +169,9 @@ def _key_hint(line: str) -> str:
     """For an unknown key, list the keys that do exist at that level."""
     from dataclasses import fields
 
-    from sweep.cli.config import CommandWorkloadConfig, MachineConfig, RNNTWorkloadConfig, SearchConfig, SweepConfig, TrialConfig
+    from sweep.cli.config import schema_levels
 
-    levels = [("", SweepConfig), ("machine", MachineConfig), ("trial", TrialConfig), ("search", SearchConfig),
-              ("workload", RNNTWorkloadConfig), ("workload", CommandWorkloadConfig)]
+    levels = schema_levels()
     named = re.search(r"Key '[^']+' (?:is )?not in '(\w+)'", line)  # the schema the key is missing from
     m = named or re.search(r"Could not override '([^']+)'", line) or re.search(r"Key '([^']+)' is not in struct", line)
     if not m:

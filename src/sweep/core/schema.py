@@ -1,14 +1,18 @@
 """The one trial-result schema, written by the trial and read by the aggregator.
 
-Each trial's record is a JSON file, `<sweep_dir>/trials/<key>/result.json`,
-written atomically (temp file, fsync, rename) so a reader sees either nothing or
-the whole record, even if the writer is killed mid-write.
+Each trial's record is a JSON file, `<sweep_dir>/trials/<key>/result.json`, written by
+the trial alone. A job that ended without writing one (killed, cancelled, out of host
+memory) gets `<sweep_dir>/trials/<key>/ended.json` instead, same schema, written by the
+orchestrator alone; readers take result.json first, else ended.json. Both are written
+atomically (temp file, fsync, rename) so a reader sees either nothing or the whole record,
+even if the writer is killed mid-write.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 import json
 import os
 import tempfile
@@ -17,19 +21,48 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
-RESULT_FILE = "result.json"
+RESULT_FILE = "result.json"  # written by the trial only
+ENDED_FILE = "ended.json"  # written by the orchestrator only, for a job that died without a result.json
 
-# Statuses a finished trial can have.
-OK, OOM, FAILED, TIMEOUT, CANCELLED = "ok", "oom", "failed", "timeout", "cancelled"
+
+class Status(str, enum.Enum):
+    """A trial's status. A str, so JSON, CSV and pandas see the same plain strings as before."""
+
+    OK = "ok"
+    OOM = "oom"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    # Only the sweep table has these: a candidate not (yet) run. `skipped`: the search ended
+    # without it (its OOM was implied, or it could not beat the leader).
+    PENDING = "pending"
+    RUNNING = "running"
+    SKIPPED = "skipped"
+    INVALID = "invalid"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class OomPhase(str, enum.Enum):
+    """Where in the training step an OOM happened."""
+
+    ENCODER = "encoder"
+    JOINT = "joint"
+    OPTIMIZER = "optimizer"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Short names, kept for the modules that import them.
+OK, OOM, FAILED, TIMEOUT, CANCELLED = Status.OK, Status.OOM, Status.FAILED, Status.TIMEOUT, Status.CANCELLED
 FINISHED_STATUSES = (OK, OOM, FAILED, TIMEOUT, CANCELLED)
-# Statuses only the sweep table has: a candidate not (yet) run. `skipped`: the search ended
-# without it (its OOM was implied, or it could not beat the leader).
-PENDING, RUNNING, SKIPPED, INVALID = "pending", "running", "skipped", "invalid"
+PENDING, RUNNING, SKIPPED, INVALID = Status.PENDING, Status.RUNNING, Status.SKIPPED, Status.INVALID
 ALL_STATUSES = FINISHED_STATUSES + (RUNNING, PENDING, SKIPPED, INVALID)
 
-# Where in the training step an OOM happened.
-PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER = "encoder", "joint", "optimizer"
-OOM_PHASES = (PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER)
+PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER = OomPhase.ENCODER, OomPhase.JOINT, OomPhase.OPTIMIZER
+OOM_PHASES = tuple(OomPhase)
 
 
 class ResultError(ValueError):
@@ -46,8 +79,8 @@ class TrialResult:
     joint_batch: int  # per_device_batch / split
     global_batch_size: int
     num_devices: int
-    status: str  # one of FINISHED_STATUSES
-    oom_phase: str | None = None  # one of OOM_PHASES when status == "oom"
+    status: Status  # one of FINISHED_STATUSES
+    oom_phase: OomPhase | None = None  # when status is Status.OOM
     error: str = ""  # one line: why the trial did not finish ok
     warmup_steps: int = 0  # optimizer steps run before timing started
     step_times_s: list[float] = field(default_factory=list)  # each measured optimizer step
@@ -64,12 +97,24 @@ class TrialResult:
     finished_at: str = ""
     schema_version: int = SCHEMA_VERSION
 
+    def __post_init__(self) -> None:
+        # Plain strings (from JSON, parsers, older callers) become the enum members.
+        try:
+            self.status = Status(self.status)
+            self.oom_phase = None if self.oom_phase is None else OomPhase(self.oom_phase)
+        except ValueError:
+            pass  # from_dict names the bad value; a caller's typo shows in the record as is
+
     @property
     def key(self) -> str:
         return f"accum{self.accum}_split{self.split}"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain JSON data: the enums as their strings."""
+        data = dataclasses.asdict(self)
+        data["status"] = str(self.status)
+        data["oom_phase"] = None if self.oom_phase is None else str(self.oom_phase)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> "TrialResult":
@@ -155,21 +200,52 @@ def trial_dir(sweep_dir: Path, key: str) -> Path:
     return Path(sweep_dir) / "trials" / key
 
 
+def read_trial_record(tdir: Path) -> TrialResult | None:
+    """One trial's record: its own result.json, else the orchestrator's ended.json; None if neither exists.
+
+    The orchestrator removes ended.json whenever it submits the trial again, so an ended.json
+    about another job than result.json's is the newer news (result.json is then a cancelled
+    run's). A result.json that cannot be read also falls back to ended.json, where the
+    orchestrator says how that job ended; with no ended.json its ResultError is raised.
+    """
+    own, ended = Path(tdir) / RESULT_FILE, Path(tdir) / ENDED_FILE
+    fallback = read_result(ended) if ended.exists() else None
+    if not own.exists():
+        return fallback
+    try:
+        res = read_result(own)
+    except ResultError:
+        if fallback is None:
+            raise
+        return fallback
+    if fallback is not None and res.job_id and fallback.job_id and fallback.job_id != res.job_id:
+        return fallback
+    return res
+
+
+def write_ended(result: TrialResult, tdir: Path) -> Path:
+    """The orchestrator's record of a job that ended without writing its own."""
+    path = Path(tdir) / ENDED_FILE
+    atomic_write_text(path, json.dumps(result.to_dict(), indent=2) + "\n")
+    return path
+
+
 def collect_results(sweep_dir: Path, errors: dict[str, str] | None = None) -> dict[str, TrialResult]:
     """Every finished, readable trial record in a sweep dir, by candidate key.
 
     errors, if given, receives {trial dir name: why} for each record that cannot be read.
     """
     out: dict[str, TrialResult] = {}
-    for path in sorted((Path(sweep_dir) / "trials").glob(f"*/{RESULT_FILE}")):
+    for tdir in sorted(p for p in (Path(sweep_dir) / "trials").glob("*") if p.is_dir()):
         try:
-            res = read_result(path)
+            res = read_trial_record(tdir)
         except (ResultError, OSError) as e:
             # A torn or foreign file counts as "not finished": the trial is rerun.
             if errors is not None:
-                errors[path.parent.name] = str(e) if isinstance(e, ResultError) else f"{path}: {e}"
+                errors[tdir.name] = str(e) if isinstance(e, ResultError) else f"{tdir / RESULT_FILE}: {e}"
             continue
-        out[res.key] = res
+        if res is not None:
+            out[res.key] = res
     return out
 
 

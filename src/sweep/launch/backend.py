@@ -3,34 +3,39 @@
 submitit already is the backend abstraction (local processes or Slurm jobs behind one
 Job API), so this module only maps hydra-submitit-launcher's parameters onto an
 executor, remembers each job on disk so a restarted orchestrator can find it again,
-and converts a job that ended without writing its own record into a failure record.
+and records a job that ended without writing its own result.json in ended.json.
 """
 
 from __future__ import annotations
 
-import functools
+import inspect
 import json
 import math
 import os
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from sweep.errors import SweepError
+import psutil
+import submitit
+from submitit.core.utils import JobPaths
+from submitit.slurm.slurm import SlurmInfoWatcher
+
 from sweep.core.schema import (
-    CANCELLED,
-    FAILED,
-    OOM,
-    TIMEOUT,
+    ENDED_FILE,
+    RESULT_FILE,
     ResultError,
+    Status,
     TrialResult,
     atomic_write_text,
     now_iso,
     read_log_tail,
     read_result,
-    RESULT_FILE,
-    write_result,
+    write_ended,
 )
+from sweep.core.spec import TrialSpec
+from sweep.errors import SweepError
 
 JOB_FILE = "job.json"
 # sacct is asked about unfinished Slurm jobs at most this often. submitit's own default backs
@@ -46,49 +51,6 @@ SLURM_UNFINISHED = frozenset(
     "UNKNOWN PENDING CONFIGURING RUNNING COMPLETING SUSPENDED STOPPED SIGNALING RESIZING STAGE_OUT "
     "REQUEUED REQUEUE_FED REQUEUE_HOLD SPECIAL_EXIT RESV_DEL_HOLD PREEMPTED READY".split()
 )
-# hydra-submitit-launcher parameters shared by every executor; the rest get the cluster prefix.
-_BASE_PARAMS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}
-# Read by the executor's constructor, or meaningless for single submissions.
-_NOT_PARAMS = {"_target_", "submitit_folder", "max_num_timeout", "array_parallelism"}
-
-
-def cluster_of(launcher: dict[str, Any]) -> str:
-    """'local' or 'slurm', from hydra/launcher=submitit_local|submitit_slurm."""
-    target = str(launcher.get("_target_", ""))
-    if target.endswith("SlurmLauncher"):
-        return "slurm"
-    if target.endswith("LocalLauncher"):
-        return "local"
-    raise SweepError(
-        f"hydra/launcher target {target!r} is not supported: use hydra/launcher=submitit_local or hydra/launcher=submitit_slurm"
-    )
-
-
-def executor_parameters(launcher: dict[str, Any], time_limit_s: float) -> dict[str, Any]:
-    """submitit update_parameters() kwargs, as hydra-submitit-launcher maps them."""
-    cluster = cluster_of(launcher)
-    params: dict[str, Any] = {}
-    for key, value in launcher.items():
-        if key in _NOT_PARAMS or value is None:
-            continue
-        params[key if key in _BASE_PARAMS else f"{cluster}_{key}"] = value
-    # The orchestrator stops a trial at time_limit_s; the executor's limit is only the backstop.
-    params["timeout_min"] = max(int(params.get("timeout_min") or 0), math.ceil(time_limit_s / 60) + 1)
-    return params
-
-
-def make_executor(launcher: dict[str, Any], time_limit_s: float, folder: str | None = None) -> Any:
-    import submitit
-
-    cluster = cluster_of(launcher)
-    init: dict[str, Any] = {"folder": folder or launcher["submitit_folder"]}
-    if launcher.get("max_num_timeout") is not None:
-        init[f"{cluster}_max_num_timeout"] = launcher["max_num_timeout"]
-    executor = submitit.AutoExecutor(cluster=cluster, **init)
-    executor.update_parameters(**executor_parameters(launcher, time_limit_s))
-    if cluster == "slurm":
-        executor._executor.job_class = slurm_job_class()  # submitit has no public hook for it
-    return executor
 
 
 def slurm_unfinished(state: str) -> bool:
@@ -97,30 +59,98 @@ def slurm_unfinished(state: str) -> bool:
     return not words or words[0] in SLURM_UNFINISHED
 
 
-@functools.lru_cache(maxsize=None)
-def slurm_job_class() -> type:
-    """submitit's SlurmJob, polling sacct every SLURM_POLL_S and knowing every unfinished state."""
-    import submitit
-    from submitit.slurm.slurm import SlurmInfoWatcher
+class SweepSlurmWatcher(SlurmInfoWatcher):
+    """submitit's sacct watcher, knowing every unfinished Slurm state."""
 
-    class SweepSlurmWatcher(SlurmInfoWatcher):  # type: ignore[misc, valid-type]
-        def is_done(self, job_id: str, mode: str = "standard") -> bool:
-            return not slurm_unfinished(self.get_state(job_id, mode=mode))
-
-    class SweepSlurmJob(submitit.SlurmJob):  # type: ignore[misc, valid-type]
-        watcher = SweepSlurmWatcher(delay_s=SLURM_POLL_S)
-
-    return SweepSlurmJob
+    def is_done(self, job_id: str, mode: str = "standard") -> bool:
+        return not slurm_unfinished(self.get_state(job_id, mode=mode))
 
 
-def check_task_layout(launcher: dict[str, Any], machine: dict[str, Any]) -> None:
+class SweepSlurmJob(submitit.SlurmJob):
+    """A SlurmJob whose sacct polling (the documented `watcher` class attribute) runs every SLURM_POLL_S."""
+
+    watcher = SweepSlurmWatcher(delay_s=SLURM_POLL_S)
+
+
+class SweepSlurmExecutor(submitit.SlurmExecutor):
+    """A SlurmExecutor whose jobs are SweepSlurmJobs (its documented `job_class` attribute)."""
+
+    job_class = SweepSlurmJob
+
+
+def _queue_confs() -> dict[str, Any]:
+    from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
+
+    return {"local": LocalQueueConf, "slurm": SlurmQueueConf}
+
+
+def cluster_of(launcher: dict[str, Any]) -> str:
+    """'local' or 'slurm', from hydra/launcher=submitit_local|submitit_slurm."""
+    target = str(launcher.get("_target_", ""))
+    for cluster, conf in _queue_confs().items():
+        if target == conf._target_:
+            return cluster
+    raise SweepError(
+        f"hydra/launcher target {target!r} is not supported: use hydra/launcher=submitit_local or hydra/launcher=submitit_slurm"
+    )
+
+
+def executor_settings(launcher: dict[str, Any], time_limit_s: float) -> tuple[type, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(executor class, constructor kwargs, shared parameters, cluster parameters) from hydra.launcher.
+
+    The keys come from hydra-submitit-launcher's own config dataclasses: BaseQueueConf's are
+    shared by every executor (submitit converts their names per cluster); the rest of the
+    cluster's QueueConf belongs to that executor: its constructor takes the ones its signature
+    names (max_num_timeout, python, ...), update_parameters the others. A key the plugin adds
+    later thus passes through without a change here.
+    """
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    cluster = cluster_of(launcher)
+    conf = _queue_confs()[cluster]
+    cls = SweepSlurmExecutor if cluster == "slurm" else submitit.LocalExecutor
+    shared_keys = {f.name for f in fields(BaseQueueConf)} - {"submitit_folder"}
+    own_keys = {f.name for f in fields(conf)} - shared_keys - {"_target_", "submitit_folder"}
+    init_keys = set(inspect.signature(cls.__init__).parameters) - {"self", "folder"}
+    init: dict[str, Any] = {"folder": launcher["submitit_folder"]}
+    shared: dict[str, Any] = {}
+    own: dict[str, Any] = {}
+    for key, value in launcher.items():
+        if key in ("_target_", "submitit_folder") or value is None:
+            continue
+        if key in init_keys:
+            init[key] = value
+        elif key in shared_keys:
+            shared[key] = value
+        elif key in own_keys:
+            own[key] = value
+        else:
+            valid = ", ".join(sorted(shared_keys | own_keys | (init_keys & {f.name for f in fields(conf)})))
+            raise SweepError(f"hydra.launcher.{key} is not a parameter of {conf.__name__}: valid keys: {valid}")
+    # The orchestrator stops a trial at time_limit_s; the executor's limit is only the backstop.
+    shared["timeout_min"] = max(int(shared.get("timeout_min") or 0), math.ceil(time_limit_s / 60) + 1)
+    return cls, init, shared, own
+
+
+def make_executor(launcher: dict[str, Any], time_limit_s: float, folder: str | None = None) -> Any:
+    cls, init, shared, own = executor_settings(launcher, time_limit_s)
+    if folder is not None:
+        init["folder"] = folder
+    executor = cls(**init)
+    # Generic names (timeout_min, mem_gb, name) become the cluster's own (time, mem, job_name)
+    # through the executor's conversion, which submitit runs before update_parameters.
+    executor.update_parameters(**executor._convert_parameters(shared), **own)
+    return executor
+
+
+def check_task_layout(launcher: dict[str, Any], num_devices: int) -> None:
     """A trial is one job with one task per device: tasks_per_node x nodes must be num_devices.
 
     Anything else would start too few ranks (the trial measures part of the machine) or
     too many (the trial refuses to start), only once the job runs on the cluster.
     """
     tasks, nodes = int(launcher.get("tasks_per_node") or 1), int(launcher.get("nodes") or 1)
-    devices = int(machine["num_devices"])
+    devices = int(num_devices)
     if tasks * nodes != devices:
         hint = f"hydra.launcher.tasks_per_node={devices // nodes}" if devices % nodes == 0 else "machine.num_devices a multiple of machine.nodes"
         raise SweepError(
@@ -168,33 +198,32 @@ def reattach(trial_dir: Path, executor_folder: str) -> Any | None:
         record, job_id, cluster = None, "", ""
     if cluster == "slurm":
         tasks = range(max(1, int(record.get("num_tasks", 1))))
-        job = slurm_job_class()(folder=executor_folder, job_id=job_id, tasks=tasks)
+        job = SweepSlurmJob(folder=executor_folder, job_id=job_id, tasks=tasks)
         # Queued, running, or requeued after a preemption: still this trial's job.
         return None if job.done(force_check=True) else job
     if cluster == "local" and job_id.isdigit() and _local_job_alive(int(job_id)):
-        return _LocalOrphan(job_id, record.get("log", ""))
+        return _LocalOrphan(executor_folder, job_id)
     # An orchestrator killed between submitting a local job and writing its job.json leaves a
     # running job that only the submitit folder knows: follow it rather than run the trial twice.
     return _unrecorded_local_job(Path(trial_dir), executor_folder)
 
 
 def _unrecorded_local_job(trial_dir: Path, executor_folder: str) -> Any | None:
-    import glob
-
+    """A live local submitit job (its id is its controller's pid) that was submitted for this trial."""
     from submitit.core.utils import DelayedSubmission
 
-    suffix = "_submitted.pkl"
-    for pickle in glob.glob(os.path.join(executor_folder.replace("%j", "*"), "*" + suffix)):
-        job_id = os.path.basename(pickle)[: -len(suffix)]
-        if not job_id.isdigit() or not _local_job_alive(int(job_id)):
+    for proc in psutil.process_iter(["pid"]):
+        job_id = str(proc.info["pid"])
+        pickle = JobPaths(executor_folder, job_id=job_id).submitted_pickle
+        if not pickle.exists() or not _local_job_alive(proc.info["pid"]):
             continue
         try:
             spec = DelayedSubmission.load(pickle).args[0]
-            same = Path(spec["trial_dir"]).resolve() == trial_dir.resolve()
+            same = Path(spec.trial_dir).resolve() == trial_dir.resolve()
         except Exception:  # noqa: BLE001 - not a trial of this sweep, or half-written
             continue
         if same:
-            job = _LocalOrphan(job_id, os.path.join(os.path.dirname(pickle), f"{job_id}_0_log.out"))
+            job = _LocalOrphan(executor_folder, job_id)
             remember_job(trial_dir, job, "local")
             return job
     return None
@@ -203,14 +232,10 @@ def _unrecorded_local_job(trial_dir: Path, executor_folder: str) -> Any | None:
 class _LocalOrphan:
     """A local job whose parent orchestrator died: followed through its pid and result file."""
 
-    def __init__(self, job_id: str, log: str) -> None:
+    def __init__(self, folder: str, job_id: str) -> None:
         self.job_id = job_id
-        self._log = log
+        self.paths = JobPaths(folder, job_id=job_id)
         self.state = "RUNNING"
-
-    @property
-    def paths(self) -> Any:
-        return type("Paths", (), {"stdout": self._log})()
 
     def done(self, force_check: bool = False) -> bool:
         if _local_job_alive(int(self.job_id)):
@@ -227,27 +252,17 @@ class _LocalOrphan:
             pass
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie has ended even though the pid exists
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _local_job_alive(pid: int) -> bool:
     """A live submitit local job (its controller), not some process that got the pid later."""
-    if not _pid_alive(pid):
-        return False
     try:
-        return b"submitit" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True  # no /proc: trust the pid
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:  # ended, though the pid exists
+            return False
+        return "submitit" in " ".join(proc.cmdline())
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True  # someone else's process we cannot inspect: trust the pid
 
 
 def cancel_job(job: Any, cluster: str) -> None:
@@ -265,7 +280,7 @@ def cancel_job(job: Any, cluster: str) -> None:
     import signal
     import threading
 
-    tasks, groups = _local_tree(int(job.job_id))
+    tasks, groups = local_tree(int(job.job_id))
     for pid in tasks:
         try:
             os.kill(pid, signal.SIGINT)
@@ -288,79 +303,64 @@ def _signal_groups(groups: list[int], sig: int) -> None:
             pass
 
 
-def _local_tree(root: int) -> tuple[list[int], list[int]]:
-    """(root's children, the process groups led by root's descendants that left its group). Linux only."""
-    parent_group: dict[int, tuple[int, int]] = {}
+def local_tree(root: int) -> tuple[list[int], list[int]]:
+    """(root's children, the process groups led by root's descendants that left its group)."""
     try:
-        names = [n for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
+        proc = psutil.Process(root)
+        children = proc.children()
+        descendants = proc.children(recursive=True)
+        own = {os.getpgid(root), os.getpgrp()}
+    except (psutil.NoSuchProcess, ProcessLookupError):
         return [], []
-    for name in names:
+    groups = set()
+    for child in descendants:
         try:
-            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-            parent_group[int(name)] = (int(fields[1]), int(fields[2]))  # ppid, pgrp
-        except (OSError, IndexError, ValueError):
+            pgid = os.getpgid(child.pid)
+        except ProcessLookupError:
             continue
-    if root not in parent_group:
-        return [], []
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in parent_group.items():
-        children.setdefault(ppid, []).append(pid)
-    own = {parent_group[root][1], os.getpgrp()}
-    groups, todo = set(), list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
-        pgid = parent_group[pid][1]
-        if pgid == pid and pgid not in own:
+        if pgid == child.pid and pgid not in own:
             groups.add(pgid)
-    return sorted(children.get(root, [])), sorted(groups)
+    return sorted(c.pid for c in children), sorted(groups)
 
 
-def ended_job_result(
-    job: Any,
-    spec: dict[str, Any],
-    trial_dir: Path,
-    *,
-    timed_out: bool,
-    cancelled: bool,
-    wall_s: float,
-) -> TrialResult:
-    """The record for a job that has ended: the trial's own, else one built from the job's state and log."""
+def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: bool, cancelled: bool, wall_s: float) -> TrialResult:
+    """The record of a job that has ended: the trial's own result.json, else one built from the
+    job's state and log, which goes to ended.json (the trial's file is the trial's alone)."""
     log = job_log(job)
     path = Path(trial_dir) / RESULT_FILE
+    broken = ""
     if path.exists():
         try:
             res = read_result(path)
-            if not res.log or not res.job_id:
-                res.log, res.job_id = res.log or log, res.job_id or str(job.job_id)
-                write_result(res, trial_dir)
-            return res
+            # A record another job of this trial left (a cancelled run now rerun) is not this job's.
+            if not res.job_id or res.job_id == str(job.job_id):
+                return res
         except ResultError as e:
             broken = str(e)
-    else:
-        broken = ""
     status, phase, reason = _classify_ended(job, log, timed_out=timed_out, cancelled=cancelled, spec=spec)
     if broken:
         reason = f"{broken}; {reason}"
     res = TrialResult(
-        accum=spec["accum"],
-        split=spec["split"],
-        per_device_batch=spec["per_device_batch"],
-        joint_batch=spec["joint_batch"],
-        global_batch_size=spec["global_batch_size"],
-        num_devices=spec["num_devices"],
+        **spec.numbers(),
         status=status,
         oom_phase=phase,
         error=reason,
         wall_s=round(wall_s, 3),
         log=log,
         job_id=str(job.job_id),
-        device=str(spec["machine"].get("device", "")),
+        device=spec.machine.device,
         finished_at=now_iso(),
     )
-    write_result(res, trial_dir)
+    write_ended(res, trial_dir)
     return res
+
+
+def forget_ended(trial_dir: Path) -> None:
+    """Before a trial runs again: the orchestrator's record of its earlier job no longer applies."""
+    try:
+        (Path(trial_dir) / ENDED_FILE).unlink()
+    except FileNotFoundError:
+        pass
 
 
 def _final_state(job: Any) -> str:
@@ -369,8 +369,6 @@ def _final_state(job: Any) -> str:
     A Slurm job that ended by writing its result pickle may still be RUNNING or COMPLETING
     in submitit's cached sacct answer, so sacct is asked again until the state is final.
     """
-    import submitit
-
     if not isinstance(job, submitit.SlurmJob):
         return str(getattr(job, "state", ""))
     deadline = time.monotonic() + _FINAL_STATE_WAIT_S
@@ -384,19 +382,19 @@ def _final_state(job: Any) -> str:
         time.sleep(0.5)
 
 
-def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spec: dict[str, Any]) -> tuple[str, str | None, str]:
+def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spec: TrialSpec) -> tuple[Status, str | None, str]:
     if timed_out:
-        return TIMEOUT, None, f"stopped after trial.time_limit_s={spec['trial']['time_limit_s']}s; see {log}"
+        return Status.TIMEOUT, None, f"stopped after trial.time_limit_s={spec.trial.time_limit_s}s; see {log}"
     if cancelled:
-        return CANCELLED, None, f"cancelled by the sweep; see {log}"
+        return Status.CANCELLED, None, f"cancelled by the sweep; see {log}"
     raw_state = _final_state(job)
     state = raw_state.upper()
     if state.startswith("CANCELLED"):
-        return CANCELLED, None, f"cancelled on the cluster (sacct: {raw_state}); see {log}"
+        return Status.CANCELLED, None, f"cancelled on the cluster (sacct: {raw_state}); see {log}"
     if state == "TIMEOUT":
-        return TIMEOUT, None, f"Slurm time limit reached; raise hydra.launcher.timeout_min; see {log}"
+        return Status.TIMEOUT, None, f"Slurm time limit reached; raise hydra.launcher.timeout_min; see {log}"
     if state == "NODE_FAIL":
-        return FAILED, None, f"the node failed (NODE_FAIL) and Slurm did not requeue the job; see {log}"
+        return Status.FAILED, None, f"the node failed (NODE_FAIL) and Slurm did not requeue the job; see {log}"
     from sweep.parsers import classify_failure
 
     tail = read_log_tail(log)
@@ -404,11 +402,11 @@ def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spe
     if stderr:
         tail += "\n" + read_log_tail(stderr)
     verdict = classify_failure(tail, exit_code=None)
-    if state == "OUT_OF_MEMORY" and verdict.status != OOM:
-        return OOM, verdict.oom_phase, f"Slurm killed the job for exceeding its memory (OUT_OF_MEMORY); see {log}"
-    if verdict.status in (OOM, FAILED):
+    if state == "OUT_OF_MEMORY" and verdict.status != Status.OOM:
+        return Status.OOM, verdict.oom_phase, f"Slurm killed the job for exceeding its memory (OUT_OF_MEMORY); see {log}"
+    if verdict.status in (Status.OOM, Status.FAILED):
         return verdict.status, verdict.oom_phase, f"{verdict.reason}; see {log}"
-    return FAILED, None, f"the job ended ({state or 'unknown state'}) without writing a result; see {log}"
+    return Status.FAILED, None, f"the job ended ({state or 'unknown state'}) without writing a result; see {log}"
 
 
 def gpu_groups(host_gpus: int, per_trial: int) -> list[tuple[int, ...]]:

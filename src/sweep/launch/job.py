@@ -14,29 +14,33 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from submitit.core.utils import UncompletedJobError
 from submitit.helpers import Checkpointable, DelayedSubmission
+
+from sweep.core.schema import TrialResult
+from sweep.core.spec import TrialSpec
 
 
 class TrialJob(Checkpointable):
     """The callable every trial job runs: `run_job(spec)`."""
 
-    def __call__(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, spec: TrialSpec) -> TrialResult:
+        from sweep import workloads
+
         _threads_from_slurm()
         try:
-            return _run_workload(spec)
+            return workloads.get(spec.workload.name).run(spec)
         except UncompletedJobError as exc:
             # submitit raises this from its signal handler when it will not requeue: the job
             # reached its Slurm time limit more often than hydra.launcher.max_num_timeout allows.
-            # The trial caught it as a crash; for the table it is a timeout.
+            # The trial caught it as a crash; for the table it is a timeout, and the record is ours.
             _record_slurm_timeout(spec, exc)
             raise
 
-    def checkpoint(self, spec: dict[str, Any]) -> DelayedSubmission:
+    def checkpoint(self, spec: TrialSpec) -> DelayedSubmission:
         # Called by submitit (task 0 only) on SIGUSR2; the requeued job reruns the trial from scratch.
-        print(f"sweep: job signalled; requeueing accum={spec['accum']} split={spec['split']} to run again", flush=True)
+        print(f"sweep: job signalled; requeueing accum={spec.accum} split={spec.split} to run again", flush=True)
         return DelayedSubmission(self, spec)
 
 
@@ -56,39 +60,33 @@ def _threads_from_slurm() -> None:
         os.environ.setdefault("OMP_NUM_THREADS", cpus)
 
 
-def _run_workload(spec: dict[str, Any]) -> dict[str, Any]:
-    name = spec["workload"].get("name")
-    if name == "rnnt":
-        from sweep.workloads.rnnt.runner import run_trial
+def _record_slurm_timeout(spec: TrialSpec, exc: BaseException) -> None:
+    """This job's result.json, written as a timeout (task 0 only; the file is the trial's own)."""
+    import socket
 
-        return run_trial(spec)
-    if name == "command":
-        from sweep.workloads.command.runner import run_command_trial
+    import submitit
 
-        return run_command_trial(spec)
-    raise ValueError(f"workload.name={name!r} is not valid: expected rnnt or command")
+    from sweep.core.schema import RESULT_FILE, ResultError, Status, now_iso, read_result, write_result
 
-
-def _record_slurm_timeout(spec: dict[str, Any], exc: BaseException) -> None:
-    from sweep.core.schema import RESULT_FILE, TIMEOUT, ResultError, read_result, write_result
-
-    trial_dir = Path(spec["trial_dir"])
+    try:
+        env = submitit.JobEnvironment()
+    except RuntimeError:
+        return
+    if env.global_rank != 0:
+        return
+    trial_dir = Path(spec.trial_dir)
     try:
         res = read_result(trial_dir / RESULT_FILE)
     except (OSError, ResultError):
-        return  # not task 0, or nothing written: the sweep classifies the job from its Slurm state
-    if res.job_id != _current_job_id():
-        return  # an earlier job's record (a cancelled trial being rerun), not this one's
-    res.status, res.oom_phase = TIMEOUT, None
+        res = None
+    if res is None or res.job_id != str(env.job_id):
+        # Nothing written by this job yet (an earlier job's record is a cancelled run's): a fresh one.
+        res = TrialResult(
+            **spec.numbers(), status=Status.TIMEOUT, log=str(env.paths.stdout), job_id=str(env.job_id),
+            host=socket.gethostname(), device=spec.machine.device,
+        )
+    res.status, res.oom_phase = Status.TIMEOUT, None
     why = str(exc).removeprefix("Job not requeued because: ").rstrip(".")
     res.error = f"Slurm time limit reached (signalled before --time ran out; not requeued: {why}); raise hydra.launcher.timeout_min"
+    res.finished_at = res.finished_at or now_iso()
     write_result(res, trial_dir)
-
-
-def _current_job_id() -> str:
-    import submitit
-
-    try:
-        return str(submitit.JobEnvironment().job_id)
-    except RuntimeError:
-        return ""

@@ -2,7 +2,8 @@
 
 A new trial starts the moment a slot frees, and every landed result rewrites
 trials.csv and the shown table at once. State lives on disk (one result.json
-per finished trial, one job.json per submitted job), so killing this process at
+per finished trial, written by the trial, or an ended.json this process writes for a
+job that died without one; one job.json per submitted job), so killing this process at
 any moment loses nothing: rerunning the same sweep dir reuses what finished and
 re-attaches to what is still running.
 """
@@ -25,9 +26,10 @@ from sweep.orchestration.display import Display, format_table, landed_line, scal
 from sweep.errors import SweepError
 from sweep.orchestration.plan import SweepPlan, make_plan
 from sweep.core.ranking import build_table, recommendation, recommendation_line, table_csv
-from sweep.core.schema import CANCELLED, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
+from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
 from sweep.core.space import Candidate
-from sweep.workloads.command.runner import PROGRESS_FILE
+from sweep.core.spec import TrialSpec
+from sweep import workloads
 
 META_FILE = "sweep.json"
 TABLE_FILE = "trials.csv"
@@ -43,7 +45,7 @@ exit_code = 0
 class InFlight:
     cand: Candidate
     job: Any
-    spec: dict[str, Any]
+    spec: TrialSpec
     started: float
     timed_out: bool = False
     cancelled: bool = False
@@ -72,8 +74,8 @@ def dry_run_text(plan: SweepPlan) -> str:
     rows = build_table(plan.meta, plan.candidates, {})
     valid = sum(c.valid for c in plan.candidates)
     head = (
-        f"dry run: {plan.meta.machine} ({plan.meta.num_devices} x {plan.machine['device']}, "
-        f"{plan.machine['memory_gib']} GiB each), global_batch_size={plan.meta.global_batch_size}, "
+        f"dry run: {plan.meta.machine} ({plan.meta.num_devices} x {plan.machine.device}, "
+        f"{plan.machine.memory_gib} GiB each), global_batch_size={plan.meta.global_batch_size}, "
         f"search={plan.search}: {valid} valid candidate(s), {len(plan.candidates) - valid} invalid; nothing launched"
     )
     return head + "\n\n" + format_table(rows, show_invalid=True)
@@ -81,16 +83,21 @@ def dry_run_text(plan: SweepPlan) -> str:
 
 def check_runnable_here(plan: SweepPlan) -> None:
     """A local launch of a GPU profile on a host without those GPUs fails before anything starts."""
-    if backends.cluster_of(plan.launcher) != "local" or plan.machine["device"] != "cuda":
+    if backends.cluster_of(plan.launcher) != "local" or plan.machine.device != "cuda":
         return
-    import torch
-
-    have, need = torch.cuda.device_count(), plan.meta.num_devices
+    have, need = local_cuda_devices(), plan.meta.num_devices
     if have < need:
         raise SweepError(
             f"machine={plan.meta.machine} needs {need} CUDA device(s) but this host has {have}: "
             f"run it on Slurm (hydra/launcher=submitit_slurm), or add dry_run=true to see its candidates"
         )
+
+
+def local_cuda_devices() -> int:
+    """CUDA devices this host has, as torch counts them (CUDA_VISIBLE_DEVICES applied)."""
+    import torch
+
+    return torch.cuda.device_count()
 
 
 class Orchestrator:
@@ -107,7 +114,8 @@ class Orchestrator:
         self.last_rec: tuple[Any, ...] | None = None
         self.executor: Any = None
         self.cluster = backends.cluster_of(plan.launcher)
-        self._progress_stamps: dict[str, int] = {}
+        self.workload = workloads.get(plan.meta.workload)
+        self._shown_live: dict[str, float] = {}
         self.free_gpus: list[tuple[int, ...]] | None = None  # local CUDA only: device groups not in use
         self.t0 = time.monotonic()
 
@@ -149,10 +157,8 @@ class Orchestrator:
         plan = self.plan
         self._load_finished()
         self.executor = backends.make_executor(plan.launcher, plan.time_limit_s)
-        if self.cluster == "local" and plan.machine["device"] == "cuda":
-            import torch
-
-            self.free_gpus = backends.gpu_groups(torch.cuda.device_count(), plan.meta.num_devices)
+        if self.cluster == "local" and plan.machine.device == "cuda":
+            self.free_gpus = backends.gpu_groups(local_cuda_devices(), plan.meta.num_devices)
         self._reattach()
         self._write_meta("running")
         point_latest(plan.sweep_dir)
@@ -204,9 +210,11 @@ class Orchestrator:
         tdir = trial_dir(self.plan.sweep_dir, cand.key)
         tdir.mkdir(parents=True, exist_ok=True)
         spec = self.plan.spec(cand, tdir)
+        backends.forget_ended(tdir)  # an earlier job's end is no longer this trial's news
         gpus = self.free_gpus.pop(0) if self.free_gpus else None
         if gpus is not None:
-            self.executor.update_parameters(visible_gpus=gpus)  # becomes the job's CUDA_VISIBLE_DEVICES
+            # LocalExecutor's documented parameters: the job's CUDA_VISIBLE_DEVICES is this group.
+            self.executor.update_parameters(visible_gpus=gpus, gpus_per_node=len(gpus))
         job = self.executor.submit(run_job, spec)
         backends.remember_job(tdir, job, self.cluster)
         self.in_flight[cand.key] = InFlight(cand, job, spec, time.monotonic(), gpus=gpus)
@@ -238,7 +246,7 @@ class Orchestrator:
         unreadable: dict[str, str] = {}
         for key, res in collect_results(self.plan.sweep_dir, errors=unreadable).items():
             # A cancelled trial was interrupted, not measured: a resumed sweep runs it again.
-            if key in self.by_key and res.status != CANCELLED:
+            if key in self.by_key and res.status != Status.CANCELLED:
                 self.results[key] = res
         for key, why in unreadable.items():
             if key in self.by_key and key not in self.results:
@@ -261,25 +269,19 @@ class Orchestrator:
         return build_table(self.plan.meta, self.plan.candidates, self.results, set(self.in_flight), self._live_throughput(), done)
 
     def _live_throughput(self) -> dict[str, float]:
-        """Throughput a running command trial's log already shows (its progress.json)."""
+        """Throughput running trials already show, as their workload reports it."""
         live = {}
         for key in self.in_flight:
-            try:
-                live[key] = float(json.loads((trial_dir(self.plan.sweep_dir, key) / PROGRESS_FILE).read_text())["throughput"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
+            value = self.workload.live_throughput(trial_dir(self.plan.sweep_dir, key))
+            if value is not None:
+                live[key] = value
         return live
 
     def _progress_changed(self) -> bool:
-        stamps = {}
-        for key in self.in_flight:
-            try:
-                stamps[key] = (trial_dir(self.plan.sweep_dir, key) / PROGRESS_FILE).stat().st_mtime_ns
-            except OSError:
-                continue
-        changed = stamps != self._progress_stamps
-        self._progress_stamps = stamps
-        return changed and bool(stamps)
+        live = self._live_throughput()
+        changed = live != self._shown_live
+        self._shown_live = live
+        return changed and bool(live)
 
     def _recommendation(self, done: bool) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score

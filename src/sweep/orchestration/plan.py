@@ -8,18 +8,19 @@ would be valid.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from sweep import workloads
+from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig
 from sweep.core.ranking import SweepMeta
-from sweep.errors import SweepError
 from sweep.core.space import Candidate, SpaceError, check_positive_int, enumerate_candidates
+from sweep.core.spec import TrialSpec
+from sweep.errors import SweepError
 
 SWEEPABLE = ("accum", "split")
 DEVICES = ("cpu", "cuda")
-WORKLOADS = ("rnnt", "command")
 
 
 @dataclass
@@ -31,30 +32,29 @@ class SweepPlan:
     max_trials: int | None
     max_in_flight: int
     time_limit_s: float
-    machine: dict[str, Any]
-    workload: dict[str, Any]
-    trial: dict[str, Any]
+    machine: MachineConfig
+    workload: Any  # the workload's own config dataclass
+    trial: TrialConfig
     launcher: dict[str, Any]  # hydra.launcher, resolved
     dry_run: bool = False
     live: bool | None = None
     keep_jobs_on_interrupt: bool = False
     overrides: list[str] = field(default_factory=list)
 
-    def spec(self, cand: Candidate, trial_dir: Path) -> dict[str, Any]:
-        """Everything one trial job needs, as plain data (it is pickled into the job)."""
-        return {
-            "accum": cand.accum,
-            "split": cand.split,
-            "per_device_batch": cand.per_device_batch,
-            "joint_batch": cand.joint_batch,
-            "global_batch_size": self.meta.global_batch_size,
-            "num_devices": self.meta.num_devices,
-            "machine": dict(self.machine),
-            "workload": dict(self.workload),
-            "trial": dict(self.trial),
-            "trial_dir": str(trial_dir),
-            "log": "",
-        }
+    def spec(self, cand: Candidate, trial_dir: Path) -> TrialSpec:
+        """Everything one trial job needs (it is pickled into the job)."""
+        return TrialSpec(
+            accum=cand.accum,
+            split=cand.split,
+            per_device_batch=cand.per_device_batch,
+            joint_batch=cand.joint_batch,
+            global_batch_size=self.meta.global_batch_size,
+            num_devices=self.meta.num_devices,
+            machine=self.machine,
+            workload=self.workload,
+            trial=self.trial,
+            trial_dir=str(trial_dir),
+        )
 
 
 def split_overrides(arguments: Sequence[str]) -> tuple[dict[str, list[Any]], list[str]]:
@@ -96,29 +96,27 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     """cfg: the composed config (DictConfig) without the sweep overrides."""
     from omegaconf import OmegaConf
 
+    from sweep.launch.backend import check_task_layout, cluster_of
+
     swept, fixed = split_overrides(arguments)
-    machine = OmegaConf.to_container(cfg.machine, resolve=True)
-    workload = OmegaConf.to_container(cfg.workload, resolve=True)
-    trial = OmegaConf.to_container(cfg.trial, resolve=True)
     launcher = OmegaConf.to_container(_launcher_node(cfg), resolve=True)
-    assert isinstance(machine, dict) and isinstance(workload, dict) and isinstance(trial, dict)
     assert isinstance(launcher, dict)
+    workload_kind = workloads.get(cfg.workload.get("name"))
+    _check_known_keys(cfg, workload_kind.schema)
+    # Typed from here on: the composed nodes become their schemas' dataclasses.
+    machine = _typed(cfg.machine, MachineConfig)
+    trial = _typed(cfg.trial, TrialConfig)
+    workload = _typed(cfg.workload, workload_kind.schema)
 
     _check_machine(machine)
-    from sweep.launch.backend import check_task_layout
-
-    check_task_layout(launcher, machine)  # one task per device, before anything is submitted
+    check_task_layout(launcher, machine.num_devices)  # one task per device, before anything is submitted
     _check_trial(trial)
-    if workload.get("name") not in WORKLOADS:
-        raise SweepError(f"workload.name={workload.get('name')!r} is not valid: expected one of {', '.join(WORKLOADS)}")
-    _check_known_keys(cfg, workload)
-    if workload["name"] == "command":
-        _check_command(workload, launcher)
-        if not workload.get("splits_apply", True):
-            # The script has no batch_split_factor: the space is accum alone.
-            if any(v != 1 for v in swept.get("split", [])) or _plain(cfg.split) not in (None, 1, [1]):
-                raise SweepError("split cannot be swept: this workload sets splits_apply=false (its script has no batch_split_factor); drop split=")
-            swept["split"] = [1]
+    workload_kind.validate(workload, workloads.CheckContext(local_launch=cluster_of(launcher) == "local"))
+    if not workload_kind.splits_apply(workload):
+        # The script has no batch_split_factor: the space is accum alone.
+        if any(v != 1 for v in swept.get("split", [])) or _plain(cfg.split) not in (None, 1, [1]):
+            raise SweepError("split cannot be swept: this workload sets splits_apply=false (its script has no batch_split_factor); drop split=")
+        swept["split"] = [1]
     max_in_flight = _positive("max_in_flight", cfg.max_in_flight)
     search = str(cfg.search.name)
     max_trials = None if cfg.search.max_trials is None else _positive("search.max_trials", cfg.search.max_trials)
@@ -126,7 +124,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     try:
         candidates = enumerate_candidates(
             cfg.global_batch_size,
-            machine["num_devices"],
+            machine.num_devices,
             knob_values("accum", swept, _plain(cfg.accum)),
             knob_values("split", swept, _plain(cfg.split)),
         )
@@ -143,10 +141,10 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
 
     meta = SweepMeta(
         sweep_id=sweep_dir.name,
-        machine=str(machine["name"]),
-        workload=str(workload["name"]),
+        machine=str(machine.name),
+        workload=str(workload_kind.name),
         global_batch_size=int(cfg.global_batch_size),
-        num_devices=int(machine["num_devices"]),
+        num_devices=int(machine.num_devices),
     )
     return SweepPlan(
         meta=meta,
@@ -155,7 +153,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         search=search,
         max_trials=max_trials,
         max_in_flight=max_in_flight,
-        time_limit_s=float(trial["time_limit_s"]),
+        time_limit_s=float(trial.time_limit_s),
         machine=machine,
         workload=workload,
         trial=trial,
@@ -165,6 +163,17 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
         overrides=list(arguments),
     )
+
+
+def _typed(node: Any, schema: type) -> Any:
+    """A composed config node as its schema's dataclass (resolving interpolations)."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.get_type(node) is schema:
+        return OmegaConf.to_object(node)
+    data = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(data, dict)
+    return schema(**data)
 
 
 def _launcher_node(cfg: Any) -> Any:
@@ -189,67 +198,30 @@ def _positive(name: str, value: Any) -> int:
         raise SweepError(str(e)) from None
 
 
-def _check_machine(machine: dict[str, Any]) -> None:
-    if machine.get("device") not in DEVICES:
-        raise SweepError(f"machine.device={machine.get('device')!r} is not valid: expected one of {', '.join(DEVICES)}")
-    num, nodes = _positive("machine.num_devices", machine.get("num_devices")), _positive("machine.nodes", machine.get("nodes"))
+def _check_machine(machine: MachineConfig) -> None:
+    if machine.device not in DEVICES:
+        raise SweepError(f"machine.device={machine.device!r} is not valid: expected one of {', '.join(DEVICES)}")
+    num, nodes = _positive("machine.num_devices", machine.num_devices), _positive("machine.nodes", machine.nodes)
     if num % nodes:
         raise SweepError(f"machine.num_devices={num} is not divisible by machine.nodes={nodes}: each node runs the same number of ranks")
-    mem = machine.get("memory_gib")
+    mem = machine.memory_gib
     if not isinstance(mem, (int, float)) or isinstance(mem, bool) or not math.isfinite(mem) or mem <= 0:
         raise SweepError(f"machine.memory_gib={mem!r} is not valid: expected a positive number of GiB")
-    if machine.get("cpu_threads") is not None:
-        _positive("machine.cpu_threads", machine["cpu_threads"])
+    if machine.cpu_threads is not None:
+        _positive("machine.cpu_threads", machine.cpu_threads)
 
 
-def _check_command(workload: dict[str, Any], launcher: dict[str, Any]) -> None:
-    import shutil
-
-    from sweep.workloads.command.runner import TemplateError, check_template
-
-    argv, env = workload.get("argv") or [], workload.get("env") or {}
-    try:
-        check_template(argv, env)
-    except TemplateError as e:
-        raise SweepError(str(e)) from None
-    from sweep.launch.backend import cluster_of
-
-    exe = argv[0]
-    # On Slurm the executable lives on the compute nodes; only a local launch can be checked here.
-    if cluster_of(launcher) == "local" and "{" not in exe and shutil.which(exe, path=None if os.sep not in exe else "") is None:
-        if not (os.sep in exe and os.access(exe, os.X_OK)):
-            raise SweepError(f"workload.argv[0]={exe!r} is not an executable on PATH: give the full path or install it")
-    from sweep.parsers import make_parser
-
-    parser = dict(workload.get("parser") or {"type": "myrtle"})
-    for own in ("skip_first", "stop_after"):
-        parser.pop(own, None)
-    try:
-        make_parser(parser)
-    except ValueError as e:
-        raise SweepError(f"workload.parser: {e}") from None
-    if workload.get("phase_patterns") is not None:
-        from sweep.parsers import compile_phase_patterns
-
-        try:
-            compile_phase_patterns(workload["phase_patterns"])
-        except ValueError as e:
-            raise SweepError(f"workload.phase_patterns: {e}") from None
-
-
-def _check_known_keys(cfg: Any, workload: dict[str, Any]) -> None:
+def _check_known_keys(cfg: Any, workload_schema: type) -> None:
     """Hydra's `+key=value` adds a key even to a typed config, so a typo such as
     `+trial.time_limit=60` would be ignored without a word: refuse keys no schema has."""
     from dataclasses import fields
-
-    from sweep.cli.config import CommandWorkloadConfig, MachineConfig, RNNTWorkloadConfig, SearchConfig, SweepConfig, TrialConfig
 
     levels = [
         ("", cfg, SweepConfig),
         ("machine", cfg.machine, MachineConfig),
         ("trial", cfg.trial, TrialConfig),
         ("search", cfg.search, SearchConfig),
-        ("workload", workload, CommandWorkloadConfig if workload["name"] == "command" else RNNTWorkloadConfig),
+        ("workload", cfg.workload, workload_schema),
     ]
     for prefix, node, schema in levels:
         known = [f.name for f in fields(schema)]
@@ -259,11 +231,11 @@ def _check_known_keys(cfg: Any, workload: dict[str, Any]) -> None:
                 raise SweepError(f"{name} is not a known key: valid keys{' under ' + prefix if prefix else ''}: {', '.join(known)}")
 
 
-def _check_trial(trial: dict[str, Any]) -> None:
-    _positive("trial.measure_steps", trial.get("measure_steps"))
-    warmup = trial.get("warmup_steps")
+def _check_trial(trial: TrialConfig) -> None:
+    _positive("trial.measure_steps", trial.measure_steps)
+    warmup = trial.warmup_steps
     if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
         raise SweepError(f"trial.warmup_steps={warmup!r} is not valid: expected an integer >= 0")
-    limit = trial.get("time_limit_s")
+    limit = trial.time_limit_s
     if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not limit > 0:
         raise SweepError(f"trial.time_limit_s={limit!r} is not valid: expected a positive number of seconds")

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from sweep.core.schema import FAILED, OK, TIMEOUT, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
+from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
+from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
 
 PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
@@ -63,23 +64,23 @@ def fill(text: str, values: Mapping[str, int]) -> str:
     return text.format(**{k: int(values[k]) for k in PLACEHOLDERS})
 
 
-def run_command_trial(spec: dict[str, Any]) -> dict[str, Any]:
+def run_command_trial(spec: TrialSpec) -> TrialResult:
     """Run the user's command for one candidate and write the trial's result record."""
     from sweep.parsers import LogTail, classify_failure, make_parser, select_measurement
 
-    wl, trial = spec["workload"], spec["trial"]
-    trial_dir = Path(spec["trial_dir"])
+    wl = spec.workload
+    trial_dir = Path(spec.trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
-    values = {k: int(spec[k]) for k in PLACEHOLDERS}
-    argv = [fill(a, values) for a in wl["argv"]]
-    env = {**os.environ, **{k: fill(str(v), values) for k, v in (wl.get("env") or {}).items()}}
-    cwd = wl.get("cwd") or str(trial_dir)
+    values = spec.numbers()
+    argv = [fill(a, values) for a in wl.argv]
+    env = {**os.environ, **{k: fill(str(v), values) for k, v in (wl.env or {}).items()}}
+    cwd = wl.cwd or str(trial_dir)
     log_path = trial_dir / LOG_NAME
-    parser_spec = dict(wl.get("parser") or {"type": "myrtle"})
+    parser_spec = dict(wl.parser or {"type": "myrtle"})
     skip = int(parser_spec.pop("skip_first", 1))
     stop_after = parser_spec.pop("stop_after", None)
     parser = make_parser(parser_spec)
-    limit = float(trial["time_limit_s"])
+    limit = float(spec.trial.time_limit_s)
     started_at, t0 = now_iso(), time.monotonic()
     print(f"accum={values['accum']} split={values['split']}: running {argv} in {cwd}; log {log_path}", flush=True)
 
@@ -98,23 +99,31 @@ def run_command_trial(spec: dict[str, Any]) -> dict[str, Any]:
 
     chosen = select_measurement(measurements, skip_first_epochs=skip) if measurements else None
     base = dict(
-        accum=values["accum"], split=values["split"], per_device_batch=values["per_device_batch"],
-        joint_batch=values["joint_batch"], global_batch_size=values["global_batch_size"],
-        num_devices=values["num_devices"], log=str(log_path), host=socket.gethostname(), device="command",
+        **values, log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command",
         started_at=started_at, finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
     )
     if timed_out:
-        result = TrialResult(status=TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
+        result = TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
     elif chosen is not None and (code == 0 or stopped_early):
         result = _ok_result(base, measurements, chosen, skip)
     elif code == 0:
-        result = TrialResult(status=FAILED, error=f"exited 0 but printed no throughput the {parser_spec.get('type', 'myrtle')} parser recognises; see {log_path}", **base)
+        result = TrialResult(status=Status.FAILED, error=f"exited 0 but printed no throughput the {parser_spec.get('type', 'myrtle')} parser recognises; see {log_path}", **base)
     else:
-        verdict = classify_failure(read_log_tail(log_path), exit_code=code, phase_patterns=wl.get("phase_patterns"))
-        result = TrialResult(status=verdict.status if verdict.status != OK else FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
+        verdict = classify_failure(read_log_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns)
+        result = TrialResult(status=verdict.status if verdict.status != Status.OK else Status.FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
     write_result(result, trial_dir)
     print(f"accum={values['accum']} split={values['split']}: {result.status} {result.error}", flush=True)
-    return result.to_dict()
+    return result
+
+
+def _job_id() -> str:
+    """This trial's submitit job id; empty outside a submitit job."""
+    import submitit
+
+    try:
+        return str(submitit.JobEnvironment().job_id)
+    except RuntimeError:
+        return ""
 
 
 def _follow(proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, stop_after: Any, limit: float, t0: float) -> tuple[list[Any], bool, bool]:
@@ -149,7 +158,7 @@ def _ok_result(base: dict[str, Any], measurements: list[Any], chosen: Any, skip:
         # One figure per epoch: no per-step spread to build an interval from.
         mid = low = high = float(chosen.throughput)
         times = [gbs / mid] if mid > 0 else []
-    return TrialResult(status=OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high, **base)
+    return TrialResult(status=Status.OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high, **base)
 
 
 def _write_progress(trial_dir: Path, measurements: list[Any], skip: int) -> None:

@@ -13,14 +13,14 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 import torch.distributed as dist
 
-from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
-from sweep.core.schema import FAILED, OK, OOM, TrialResult, now_iso, write_result
+from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
+from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
 from sweep.workloads.rnnt.model import RNNTWorkload
 
@@ -83,29 +83,30 @@ def _init_distributed(num_devices: int, backend: str) -> tuple[int, int, int]:
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one (accum, split) trial as `spec` says; rank 0 writes the result record. Returns it as a dict."""
+def run_trial(spec: TrialSpec) -> TrialResult:
+    """Run one (accum, split) trial as `spec` says; rank 0 writes the result record and returns it."""
     global _startup_counted
     started_at, t_start = now_iso(), time.perf_counter()
     # A job process runs one trial: its interpreter and torch start-up belong to it.
     startup_s = 0.0 if _startup_counted else (_process_age_s() or 0.0)
     _startup_counted = True
-    machine, trial = spec["machine"], spec["trial"]
-    accum, split = int(spec["accum"]), int(spec["split"])
-    per_device_batch, global_batch = int(spec["per_device_batch"]), int(spec["global_batch_size"])
-    warmup, measure = int(trial["warmup_steps"]), int(trial["measure_steps"])
-    device_type = machine.get("device", "cpu")
+    machine, trial = spec.machine, spec.trial
+    accum, split = spec.accum, spec.split
+    per_device_batch, global_batch = spec.per_device_batch, spec.global_batch_size
+    warmup, measure = int(trial.warmup_steps), int(trial.measure_steps)
+    device_type = machine.device
     job = _job_environment()
     result = TrialResult(
         accum=accum,
         split=split,
         per_device_batch=per_device_batch,
-        joint_batch=int(spec["joint_batch"]),
+        joint_batch=spec.joint_batch,
         global_batch_size=global_batch,
-        num_devices=int(spec["num_devices"]),
-        status=FAILED,
+        num_devices=spec.num_devices,
+        status=Status.FAILED,
         warmup_steps=warmup,
-        log=str(spec.get("log", "")),
+        # Task 0's stdout, where submitit puts this job's log (stderr too, by default).
+        log=str(job.paths.stdout) if job is not None else "",
         job_id=str(job.job_id) if job is not None else "",
         host=socket.gethostname(),
         device=device_type,
@@ -117,8 +118,8 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
     peak: Optional[PeakMemory] = None
     error: Optional[BaseException] = None
     try:
-        if machine.get("cpu_threads"):
-            torch.set_num_threads(int(machine["cpu_threads"]))
+        if machine.cpu_threads:
+            torch.set_num_threads(int(machine.cpu_threads))
         rank, world_size, local_rank = _init_distributed(result.num_devices, "nccl" if device_type == "cuda" else "gloo")
         if world_size > 1:
             say = lambda msg: print(f"[rank {rank}] {msg}", flush=True)  # noqa: E731
@@ -130,14 +131,13 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
         say(
             f"sweep trial accum={accum} split={split} per_device_batch={per_device_batch} "
             f"joint_batch={result.joint_batch} global_batch_size={global_batch} num_devices={result.num_devices} "
-            f"device={device} memory_gib={machine.get('memory_gib')}"
+            f"device={device} memory_gib={machine.memory_gib}"
         )
-        workload_cfg = RNNTWorkloadConfig(**spec["workload"])
-        workload = RNNTWorkload(workload_cfg, device, rank=rank, world_size=world_size, data_seed=int(trial["seed"]))
+        workload = RNNTWorkload(spec.workload, device, rank=rank, world_size=world_size, data_seed=int(trial.seed))
         # On CPU at the trial's own batch, so oneDNN's shape-specialised primitives exist before the cap.
         workload.warm_up(per_device_batch if device.type == "cpu" else 1)
         workload.sync()
-        budget = MemoryBudget(device, machine.get("memory_gib"))
+        budget = MemoryBudget(device, machine.memory_gib)
         peak = PeakMemory(device)
         budget.enforce()
         for step in range(warmup + measure):
@@ -150,12 +150,12 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
                 result.step_times_s.append(dt)
             say(f"step {step + 1}/{warmup + measure}{' (warm-up)' if step < warmup else ''}: {dt:.3f} s")
         budget.lift()
-        result.status = OK
+        result.status = Status.OK
         result.throughput, result.throughput_low, result.throughput_high = throughput_summary(result.step_times_s, global_batch)
     except DeviceOOM as exc:
         if budget is not None:
             budget.lift()
-        result.status, result.oom_phase, result.error = OOM, exc.phase, str(exc)
+        result.status, result.oom_phase, result.error = Status.OOM, OomPhase(exc.phase), str(exc)
         if exc.traceback_text:
             print(exc.traceback_text, file=sys.stderr, flush=True)
     except Exception as exc:  # noqa: BLE001 - recorded, then re-raised below
@@ -169,7 +169,7 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
         result.peak_mem_gib = peak.peak_bytes() / GIB
     result.finished_at = now_iso()
     result.wall_s = startup_s + time.perf_counter() - t_start
-    if result.status == OK:
+    if result.status == Status.OK:
         say(
             f"result ok: {result.throughput:.1f} samples/s (95% {result.throughput_low:.1f}-{result.throughput_high:.1f}), "
             f"peak {result.peak_mem_gib:.3f} GiB, wall {result.wall_s:.1f} s"
@@ -177,9 +177,9 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         say(f"result {result.status}{' in phase ' + result.oom_phase if result.oom_phase else ''}: {result.error}")
     if rank == 0:
-        write_result(result, Path(spec["trial_dir"]))
+        write_result(result, Path(spec.trial_dir))
     if world_size > 1:
         dist.destroy_process_group()
     if error is not None:
         raise error
-    return result.to_dict()
+    return result

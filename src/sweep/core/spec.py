@@ -1,0 +1,41 @@
+"""What one trial job is told: a frozen, typed spec the plan builds once per candidate.
+
+It is pickled into the submitit job, so it holds only plain dataclasses (the machine,
+the workload's own config schema, the trial settings) and the numbers of the candidate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sweep.core.config import MachineConfig, TrialConfig
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    accum: int  # grad_accumulation_batches
+    split: int  # batch_split_factor
+    per_device_batch: int  # global_batch_size / (accum * num_devices)
+    joint_batch: int  # per_device_batch / split
+    global_batch_size: int  # samples per optimizer step over all devices
+    num_devices: int  # devices (data-parallel ranks) of the trial in all
+    machine: MachineConfig
+    workload: Any  # the workload's own config dataclass (sweep.workloads registry)
+    trial: TrialConfig
+    trial_dir: str  # where the trial writes its result.json (and any files of its own)
+
+    @property
+    def key(self) -> str:
+        return f"accum{self.accum}_split{self.split}"
+
+    def numbers(self) -> dict[str, int]:
+        """The candidate's integers by name: what a command template may use."""
+        return {
+            "accum": self.accum,
+            "split": self.split,
+            "per_device_batch": self.per_device_batch,
+            "joint_batch": self.joint_batch,
+            "global_batch_size": self.global_batch_size,
+            "num_devices": self.num_devices,
+        }

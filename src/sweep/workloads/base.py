@@ -1,0 +1,37 @@
+"""What a workload gives the sweep: the four things it registers (see sweep.workloads).
+
+A workload module stays import-light: its config schema and validation are read by the
+orchestrator, while `run` executes in the trial job and imports the heavy parts (torch)
+only there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:
+    from sweep.core.schema import TrialResult
+    from sweep.core.spec import TrialSpec
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a workload's validation may need to know beyond its own config."""
+
+    local_launch: bool  # trials run on this host (files and executables there can be checked)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str  # the value of workload.name, and `workload=NAME` in conf/workload/
+    schema: type  # its config dataclass; registered in Hydra's ConfigStore as `<name>_schema`
+    # Raises SweepError (one line) for a config no trial could run with; called before anything starts.
+    validate: Callable[[Any, CheckContext], None]
+    # Runs one trial in the job process and writes its result.json; returns the same record.
+    run: Callable[["TrialSpec"], "TrialResult"]
+    # Throughput a running trial has already shown (from files in its trial dir), or None.
+    live_throughput: Callable[[Path], Optional[float]] = lambda trial_dir: None
+    # Whether batch_split_factor means anything to it; False: the space is accum alone (split=1).
+    splits_apply: Callable[[Any], bool] = lambda config: True
