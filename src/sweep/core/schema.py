@@ -23,9 +23,10 @@ RESULT_FILE = "result.json"
 OK, OOM, FAILED, TIMEOUT, CANCELLED = "ok", "oom", "failed", "timeout", "cancelled"
 FINISHED_STATUSES = (OK, OOM, FAILED, TIMEOUT, CANCELLED)
 # Statuses only the sweep table has: a candidate not (yet) run. `skipped`: the search ended
-# without it (its OOM was implied, or it could not beat the leader).
-PENDING, RUNNING, SKIPPED, INVALID = "pending", "running", "skipped", "invalid"
-ALL_STATUSES = FINISHED_STATUSES + (RUNNING, PENDING, SKIPPED, INVALID)
+# without it (its OOM was implied, or it could not beat the leader). `predicted_oom`: not
+# launched because the memory model puts its peak above the capacity (core/memory_model.py).
+PENDING, RUNNING, SKIPPED, INVALID, PREDICTED_OOM = "pending", "running", "skipped", "invalid", "predicted_oom"
+ALL_STATUSES = FINISHED_STATUSES + (RUNNING, PENDING, SKIPPED, PREDICTED_OOM, INVALID)
 
 # Where in the training step an OOM happened.
 PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER = "encoder", "joint", "optimizer"
@@ -62,6 +63,7 @@ class TrialResult:
     device: str = ""  # "cpu", "cuda", or "command"
     started_at: str = ""  # ISO-8601 UTC
     finished_at: str = ""
+    stopped_early: str = ""  # why racing stopped it (it could not beat the leader); empty if it ran its course
     schema_version: int = SCHEMA_VERSION
 
     @property
