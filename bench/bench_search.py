@@ -1,27 +1,50 @@
-"""Search cost and overhead, measured side by side in one run on the built-in CPU workload.
+"""Search cost, measurement rules and the memory model, side by side in one run.
 
-    python bench/bench_search.py [EXTRA OVERRIDES...]
+    python bench/bench_search.py [--sim-only] [EXTRA OVERRIDES...]
 
-Runs the default sweep twice, `search=grid` then `search=staircase`, each a real
-`python -m sweep` with real trials, and prints:
-- trial seconds (the sum of every trial's wall time) of each, and staircase's share of grid's
-  (target: <= 40%), and whether staircase's pick equals grid's best or lies within its interval;
-- seconds from launch to the first interim recommendation;
-- the orchestrator's own share of sweep wall time: its process's CPU time (Hydra start-up,
-  planning, polling, writing tables; trials excluded) over the sweep's wall time (target < 5%),
-  and, for information, the launch gap: wall time not inside any trial (process starts, polling).
+1. Built-in CPU workload (real trials): the default sweep twice, `search=grid` then the default
+   `search=staircase`, each a real `python -m sweep`. Prints trial seconds (sum of every trial's
+   wall time), trials, the staircase's share of the grid's (target <= 0.25), whether its pick equals
+   the grid's best or lies within its interval, seconds to the first recommendation, and the
+   orchestrator's CPU share of wall time (target < 5%). Then the memory model fitted on the
+   staircase's trials, asked about every pair, against the grid's outcomes.
+2. Simulated 8-GPU landscapes (tests/landscapes.py): "typical", whose best pair lies off the
+   constant-product staircase, and "split1_best", whose best is the staircase's split=1 base.
+   Grid vs the default staircase with the memory model, fixed measurement and then adaptive
+   measurement plus racing (core/measure.py).
+3. The memory model's confusion table over those and 200 random landscapes: each sweep's model,
+   fitted on the staircase's results, asked about every pair, against the truth; and the pairs a
+   sweep really skipped on a prediction. Target: predicted OOMs right >= 95% of the time.
 Exits non-zero when a target is missed.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import random
 import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from landscapes import LANDSCAPES, Landscape, random_landscape  # noqa: E402
+from landscapes_measure import Measurement, run_measured_sweep  # noqa: E402
+
+from sweep.core.config import MachineConfig  # noqa: E402
+from sweep.core.memory_model import OOM_PROBABILITY, fit_from_results, p_exceeds  # noqa: E402
+from sweep.core.schema import OK, OOM, TrialResult  # noqa: E402
+from sweep.core.space import make_candidate  # noqa: E402
+from sweep.core.strategies import leader_key, make_strategy  # noqa: E402
+
+FIT_PROBABILITY = 1 - OOM_PROBABILITY  # p_exceeds at or below this: "predicted fit"
+
+
+# --- 1. the built-in CPU workload ---------------------------------------------------------------
 
 
 def run(search: str, root: Path, extra: list[str]) -> dict:
@@ -36,7 +59,7 @@ def run(search: str, root: Path, extra: list[str]) -> dict:
         sys.exit(f"{search} sweep failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout[-500:]}")
     rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
     ran = [r for r in rows if r["wall_s"]]
-    meta = __import__("json").loads((sweep_dir / "sweep.json").read_text())
+    meta = json.loads((sweep_dir / "sweep.json").read_text())
     first_rec = next((float(m.group(1)) for m in re.finditer(r"\[\s*([0-9.]+)s\] recommended", proc.stdout)), float("nan"))
     best = next(r for r in rows if r["rank"] == "1")
     return {
@@ -50,8 +73,16 @@ def run(search: str, root: Path, extra: list[str]) -> dict:
     }
 
 
-def main() -> int:
-    extra = sys.argv[1:]
+def as_result(row: dict) -> TrialResult:
+    num = lambda k: float(row[k]) if row.get(k) else None  # noqa: E731
+    return TrialResult(
+        int(row["accum"]), int(row["split"]), int(row["per_device_batch"]), int(row["joint_batch"]),
+        int(row["global_batch_size"]), int(row["num_devices"]), row["status"],
+        oom_phase=row["oom_phase"] or None, peak_mem_gib=num("peak_mem_gib"),
+    )
+
+
+def cpu_workload(extra: list[str]) -> tuple[bool, list[tuple[str, str, bool]]]:
     with tempfile.TemporaryDirectory() as tmp:
         grid = run("grid", Path(tmp), extra)
         stair = run("staircase", Path(tmp), extra)
@@ -60,15 +91,113 @@ def main() -> int:
     s_in_grid = grid["rows"][stair["best"]]
     lo, hi = float(g_best["throughput_low_samples_per_s"]), float(g_best["throughput_high_samples_per_s"])
     same = stair["best"] == grid["best"] or (s_in_grid["status"] == "ok" and lo <= float(s_in_grid["throughput_samples_per_s"]) <= hi)
+    print("== built-in CPU workload (real trials) ==")
     print(f"{'':12}{'trials':>8}{'trial s':>10}{'wall s':>9}{'first rec s':>13}{'orch. CPU':>11}{'launch gap':>12}  best (accum, split)")
     for name, r in (("grid", grid), ("staircase", stair)):
         gap = max(0.0, r["wall_s"] - r["trial_s"]) / r["wall_s"]
         print(f"{name:12}{r['trials']:>8}{r['trial_s']:>10.1f}{r['wall_s']:>9.1f}{r['first_rec_s']:>13.1f}{r['orchestrator_share']:>10.1%}{gap:>11.1%}  {r['best']}")
-    stair_overhead = stair["orchestrator_share"]
-    print(f"staircase / grid trial seconds: {share:.2f} (target <= 0.40)")
+    print(f"staircase / grid trial seconds: {share:.2f} (target <= 0.25)")
     print(f"same answer: {same} (staircase {stair['best']}, grid {grid['best']} [{lo:.1f}, {hi:.1f}] samples/s)")
-    print(f"orchestrator overhead (staircase): {stair_overhead:.1%} of wall time (target < 5%)")
-    return 0 if share <= 0.40 and same and stair_overhead < 0.05 else 1
+    print(f"orchestrator overhead (staircase): {stair['orchestrator_share']:.1%} of wall time (target < 5%)")
+    # The memory model, fitted on what the staircase measured, asked about every pair the grid ran.
+    capacity = next((float(a.split("=", 1)[1]) for a in extra if a.startswith("machine.memory_gib=")), MachineConfig().memory_gib)
+    fit = fit_from_results([as_result(r) for r in stair["rows"].values() if r["status"] in (OK, OOM)], capacity)
+    verdicts = []
+    for row in grid["rows"].values():
+        if row["status"] in (OK, OOM):
+            verdicts.append((_verdict(p_exceeds(fit, as_result(row), capacity)), row["status"], False))
+    ok = share <= 0.25 and same and stair["orchestrator_share"] < 0.05
+    return ok, verdicts
+
+
+# --- 2. simulated landscapes --------------------------------------------------------------------
+
+
+def _verdict(p: float | None) -> str:
+    if p is None:
+        return "no prediction"
+    return "predicted OOM" if p >= OOM_PROBABILITY else "predicted fit" if p <= FIT_PROBABILITY else "uncertain"
+
+
+def simulated(land: Landscape, seeds: int = 20) -> None:
+    best = land.best()
+    base = min((c.accum for c in land.valid() if c.split == 1 and land.feasible(c)), default=None)
+    where = "on" if best is not None and base is not None and best.product == base else "off"
+    print(f"-- {land.name}: best {best.key if best else None}, {where} the constant-product staircase; mean of {seeds} seeds")
+    print(f"{'':44}{'trials':>8}{'trial s':>10}{'share':>7}{'same':>6}{'stopped':>9}")
+    runs = [
+        ("grid, fixed steps", "grid", None, Measurement()),
+        ("staircase + memory model, fixed steps", "staircase", land.budget_gib, Measurement()),
+        ("  + adaptive measurement", "staircase", land.budget_gib, Measurement(adaptive=True)),
+        ("  + adaptive measurement + racing", "staircase", land.budget_gib, Measurement(adaptive=True, racing=True)),
+        ("  + both, measure_steps=6 as the minimum", "staircase", land.budget_gib, Measurement(True, True, min_steps=6)),
+    ]
+    grid_s = None
+    for label, name, cap, how in runs:
+        n = s = same = stopped = 0.0
+        for seed in range(seeds):
+            sweep = run_measured_sweep(make_strategy(name, land.candidates(), capacity_gib=cap), land, how, seed)
+            n += len(sweep.results)
+            s += sweep.trial_s
+            stopped += sweep.stopped_early
+            same += leader_key(sweep.results) == (best.key if best else None)
+        grid_s = grid_s or s
+        print(f"{label:44}{n / seeds:>8.1f}{s / seeds:>10.1f}{s / grid_s:>7.2f}{same / seeds:>6.0%}{stopped / seeds:>9.1f}")
+
+
+def model_verdicts(land: Landscape, seed: int) -> tuple[list[tuple[str, str, bool]], dict[str, bool]]:
+    """(verdict, truth) for every valid pair from the staircase's final fit; and its real skips."""
+    sweep = run_measured_sweep(make_strategy("staircase", land.candidates(), capacity_gib=land.budget_gib), land, Measurement(), seed)
+    fit = fit_from_results(sweep.results.values(), land.budget_gib)
+    out = []
+    for c in land.valid():
+        truth = land.outcome(c)[0]
+        if truth in (OK, OOM):
+            out.append((_verdict(p_exceeds(fit, c, land.budget_gib)), truth, c.key in sweep.results))
+    return out, sweep.skipped_on_prediction
+
+
+def confusion(title: str, verdicts: list[tuple[str, str, bool]]) -> float | None:
+    print(f"-- {title}")
+    rows = ["predicted OOM", "predicted fit", "uncertain", "no prediction"]
+    print(f"{'':16}{'actual OOM':>12}{'actual fit':>12}")
+    for v in rows:
+        print(f"{v:16}{sum(1 for a, t, _ in verdicts if a == v and t == OOM):>12}{sum(1 for a, t, _ in verdicts if a == v and t == OK):>12}")
+    said = [t for a, t, _ in verdicts if a == "predicted OOM"]
+    right = sum(t == OOM for t in said) / len(said) if said else None
+    print(f"predicted OOMs right: {'-' if right is None else f'{right:.1%}'} of {len(said)}")
+    return right
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    sim_only = "--sim-only" in args
+    extra = [a for a in args if a != "--sim-only"]
+    ok = True
+    if not sim_only:
+        cpu_ok, cpu_verdicts = cpu_workload(extra)
+        ok &= cpu_ok
+        right = confusion("memory model on the CPU workload (fitted on the staircase's trials) vs the grid", cpu_verdicts)
+        ok &= right is None or right >= 0.95
+    print("\n== simulated 8-GPU landscapes (trial seconds include 5-30 s start-up per trial) ==")
+    for name in ("typical", "split1_best"):
+        simulated(LANDSCAPES[name])
+    print("\n== memory model vs the truth ==")
+    verdicts, skips = [], {}
+    lands = [LANDSCAPES["typical"], LANDSCAPES["split1_best"], LANDSCAPES["stair_joint_oom"]]
+    rng = random.Random(0)
+    lands += [random_landscape(rng) for _ in range(200)]
+    for i, land in enumerate(lands):
+        v, s = model_verdicts(land, i)
+        verdicts += v
+        skips.update({f"{i}/{k}": t for k, t in s.items()})
+    right = confusion(f"every pair of {len(lands)} simulated landscapes, from the staircase's final fit", verdicts)
+    ok &= right is None or right >= 0.95
+    right_skips = sum(skips.values()) / len(skips) if skips else None
+    print(f"pairs the staircase skipped on a prediction: {len(skips)}, truly OOM: {sum(skips.values())}"
+          f" ({'-' if right_skips is None else f'{right_skips:.1%}'}; target >= 95%)")
+    ok &= right_skips is None or right_skips >= 0.95
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

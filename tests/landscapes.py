@@ -56,6 +56,7 @@ class Landscape:
     trial_noise: float = 0.0  # lognormal sigma of one offset per trial
     outlier_rate: float = 0.0  # share of steps slowed by 1.3-2x
     steps: int = 8
+    mem_noise: float = 0.01  # relative scatter of a measured peak around the model's
     fails: frozenset[str] = field(default_factory=frozenset)  # keys that fail (not OOM); infeasible in truth
 
     def candidates(self) -> list[Candidate]:
@@ -118,6 +119,13 @@ class Landscape:
             oom_phase=phase,
             device="sim",
         )
+        # Peaks from their own generator, so adding them left every step-time draw as it was.
+        encoder, joint = self.peaks(c)
+        mem_rng = random.Random(f"{self.name}/{c.key}")
+        if status == OOM:  # what was allocated when the failing phase began
+            res.peak_mem_gib = min(self.budget_gib, self.base_gib if phase == PHASE_ENCODER else encoder)
+        else:
+            res.peak_mem_gib = joint * (1.0 + self.mem_noise * mem_rng.gauss(0.0, 1.0))
         if status != OK:
             res.error = f"simulated {status}" + (f" in {phase}" if phase else "")
             return res

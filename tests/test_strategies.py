@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -336,3 +337,88 @@ def test_scaling_threshold_scales_with_the_batch_ratio():
     ok = scaling_report([result(16, 1, thr=100.0), result(4, 1, thr=240.0)])
     bad = scaling_report([result(16, 1, thr=100.0), result(4, 1, thr=200.0)])
     assert not ok[0]["flag"] and bad[0]["flag"]
+
+
+# --- the memory model: pairs predicted to OOM are not launched ---------------------------------
+
+
+def peaked(accum: int, split: int, peak: float, status: str = OK):
+    r = result(accum, split, status, PHASE_JOINT if status == OOM else None)
+    r.peak_mem_gib = peak
+    return r
+
+
+# Peaks of 10 + 0.4 p + 3 j + 3 (s > 1) GiB, measured on a staircase's pairs; capacity 80 GiB.
+MEASURED = {r.key: r for r in (peaked(a, s, 10 + 0.4 * (128 // a) + 3 * (128 // a // s) + 3 * (s > 1))
+                               for a, s in [(16, 1), (8, 1), (8, 2), (4, 2), (4, 4), (2, 4), (32, 1)])}
+DOOMED = "accum2_split2"  # p=64, j=32: 134.6 GiB; no measured OOM implies it
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("trust", [True, False])
+def test_predicted_oom_pair_is_launched_only_without_trust(name, trust):
+    cands = enumerate_candidates(GBS, DEVICES)
+    assert not oom_implied(cand(2, 2), MEASURED.values())
+    strategy = make_strategy(name, cands, capacity_gib=80.0, trust_memory_model=trust)
+    predicted = strategy.predicted_ooms(MEASURED)
+    assert (DOOMED in predicted) is trust
+    if trust:
+        assert predicted[DOOMED].peak_gib == pytest.approx(134.6, rel=0.01)
+    launched: set[str] = set()
+    finished = dict(MEASURED)
+    for _ in range(60):  # drive the strategy to its end, every trial "ok" at a made-up speed
+        prop = strategy.propose(finished, frozenset())
+        if prop.done:
+            break
+        c = prop.candidates[0]
+        launched.add(c.key)
+        finished[c.key] = peaked(c.accum, c.split, 10 + 0.4 * c.per_device_batch + 3 * c.joint_batch)
+        finished[c.key].throughput = 1000.0 / (c.accum + c.split)
+    if trust:
+        assert DOOMED not in launched
+    elif name == "grid":
+        assert DOOMED in launched
+
+
+def test_no_capacity_no_prediction():
+    strategy = make_strategy("grid", enumerate_candidates(GBS, DEVICES))
+    assert strategy.predicted_ooms(MEASURED) == {}
+    assert cand(2, 2) in strategy.propose(MEASURED, frozenset()).candidates
+
+
+def test_measured_ooms_still_prune_and_fitting_pairs_are_never_predicted_out():
+    strategy = make_strategy("grid", enumerate_candidates(GBS, DEVICES), capacity_gib=80.0)
+    finished = dict(MEASURED)
+    finished["accum1_split64"] = peaked(1, 64, 80.0, OOM)
+    predicted = strategy.predicted_ooms(finished)
+    assert "accum1_split64" not in predicted  # measured, not predicted
+    assert not any(fit_implied(cand(*map(int, k[5:].split("_split"))), finished.values()) for k in predicted)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, "40", True])
+def test_capacity_must_be_positive(bad):
+    with pytest.raises(ValueError, match="capacity"):
+        make_strategy("grid", enumerate_candidates(GBS, DEVICES), capacity_gib=bad)
+
+
+@pytest.mark.parametrize("name", ["typical", "stair_joint_oom", "special_case", "noisy"])
+def test_trusting_the_model_finds_the_same_best_with_no_more_trials(name):
+    land = LANDSCAPES[name]
+    plain = run_sweep(make_strategy("staircase", land.candidates()), land)
+    modelled = run_sweep(make_strategy("staircase", land.candidates(), capacity_gib=land.budget_gib), land)
+    assert leader_key(modelled) == leader_key(plain)
+    assert len(modelled) <= len(plain)
+    assert all(r.status != OOM or land.outcome(cand(r.accum, r.split))[0] == OOM for r in modelled.values())
+
+
+def test_confidence_counts_predicted_ooms_by_their_probability():
+    from sweep.core.confidence import confidence_score
+
+    cands = enumerate_candidates(GBS, DEVICES, [1, 2], [4, 8])
+    results = {r.key: r for r in (result(2, 8, thr=100.0), result(2, 4, thr=95.0), result(1, 8, thr=90.0))}
+    results = {k: dataclasses.replace(r, step_times_s=[GBS / r.throughput] * 8) for k, r in results.items()}
+    untried = "accum1_split4"  # p=128, j=32: outranks the leader, if it fits
+    unknown = confidence_score(cands, results)
+    proven = confidence_score(cands, {**results, untried: result(1, 4, OOM, PHASE_JOINT)})
+    scores = [confidence_score(cands, results, predicted_oom={untried: p}) for p in (0.95, 0.99, 1.0)]
+    assert unknown < scores[0] <= scores[1] <= scores[2] == proven

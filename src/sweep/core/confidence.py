@@ -127,8 +127,16 @@ def _between(x: float, end: float) -> bool:
     return 0 <= x <= end if end >= 0 else end <= x <= 0
 
 
-def open_pairs(candidates: Sequence[Candidate], results: Mapping[str, TrialResult]) -> list[tuple[Candidate, float]]:
-    """Untried pairs that could still beat the leader, each with its prior q (empty with no leader)."""
+def open_pairs(
+    candidates: Sequence[Candidate],
+    results: Mapping[str, TrialResult],
+    predicted_oom: Mapping[str, float] | None = None,
+) -> list[tuple[Candidate, float]]:
+    """Untried pairs that could still beat the leader, each with its prior q (empty with no leader).
+
+    predicted_oom: {key: p_exceeds} of pairs skipped on the memory model's prediction. They are
+    not proven OOM: the model's 1 - p_exceeds replaces the generic FIT_UNKNOWN as their chance to fit.
+    """
     lead_key = leader_key(results)
     if lead_key is None:
         return []
@@ -145,7 +153,9 @@ def open_pairs(candidates: Sequence[Candidate], results: Mapping[str, TrialResul
         u, w = _offset(c, lead)
         direction = _direction(u, w)
         q = Q[direction] * DECAY ** (abs(u) + abs(w) - 1)
-        if not fit_implied(c, finished):
+        if predicted_oom and c.key in predicted_oom:
+            q *= max(0.0, 1.0 - predicted_oom[c.key])
+        elif not fit_implied(c, finished):
             q *= FIT_UNKNOWN
         # Throughput that fell off between the leader and c, the same way, has likely peaked.
         if any(d == direction and _between(mu, u) and _between(mw, w) for d, mu, mw in measured):
@@ -155,17 +165,20 @@ def open_pairs(candidates: Sequence[Candidate], results: Mapping[str, TrialResul
 
 
 def confidence_score(
-    candidates: Sequence[Candidate], results: Mapping[str, TrialResult], done: bool = False
+    candidates: Sequence[Candidate],
+    results: Mapping[str, TrialResult],
+    done: bool = False,
+    predicted_oom: Mapping[str, float] | None = None,
 ) -> int | None:
     """0..99: how likely the leader is the fastest feasible pair; None when no trial ran ok.
 
-    In-flight pairs count as untried. `done` does not change the estimate: it rests on
+    In-flight pairs count as untried. predicted_oom: see open_pairs. `done` does not change the estimate: it rests on
     the results alone, so an interim score and a final one mean the same thing.
     """
     del done
     p = leader_probability(results)
     if p is None:
         return None
-    for _, q in open_pairs(candidates, results):
+    for _, q in open_pairs(candidates, results, predicted_oom):
         p *= 1.0 - q
     return max(0, min(99, int(round(100 * p))))

@@ -24,7 +24,11 @@ class MachineConfig:
 @dataclass
 class TrialConfig:
     warmup_steps: int = 2  # optimizer steps run and discarded before timing (the seed compares epoch 2)
-    measure_steps: int = 8  # timed optimizer steps; throughput is their median
+    measure_steps: int = 8  # timed optimizer steps; throughput is their median. The minimum when measuring adaptively
+    # Adaptive measurement: keep timing steps until the 95% interval of the median throughput is
+    # within +-target_precision of it (0.02: +-2%), as core/measure.py's enough_measured decides.
+    target_precision: float = 0.02
+    max_measure_steps: int = 32  # cap on timed steps however noisy the trial (>= measure_steps)
     time_limit_s: float = 300.0  # a trial still running after this is stopped and recorded as timeout
     seed: int = 0  # data seed, identical for every candidate
 
@@ -33,6 +37,9 @@ class TrialConfig:
 class SearchConfig:
     name: str = "grid"  # grid | staircase | powers
     max_trials: Optional[int] = None  # stop after this many launched trials; None: the strategy decides
+    # Skip pairs the memory model (core/memory_model.py) predicts to exceed machine.memory_gib with
+    # probability >= 0.95, fitted on the peaks measured so far; false: launch them to find out.
+    trust_memory_model: bool = True
 
 
 @dataclass

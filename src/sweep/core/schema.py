@@ -38,6 +38,8 @@ class Status(str, enum.Enum):
     PENDING = "pending"
     RUNNING = "running"
     SKIPPED = "skipped"
+    # Not launched: the memory model puts its peak above the capacity (core/memory_model.py).
+    PREDICTED_OOM = "predicted_oom"
     INVALID = "invalid"
 
     def __str__(self) -> str:
@@ -59,7 +61,8 @@ class OomPhase(str, enum.Enum):
 OK, OOM, FAILED, TIMEOUT, CANCELLED = Status.OK, Status.OOM, Status.FAILED, Status.TIMEOUT, Status.CANCELLED
 FINISHED_STATUSES = (OK, OOM, FAILED, TIMEOUT, CANCELLED)
 PENDING, RUNNING, SKIPPED, INVALID = Status.PENDING, Status.RUNNING, Status.SKIPPED, Status.INVALID
-ALL_STATUSES = FINISHED_STATUSES + (RUNNING, PENDING, SKIPPED, INVALID)
+PREDICTED_OOM = Status.PREDICTED_OOM
+ALL_STATUSES = FINISHED_STATUSES + (RUNNING, PENDING, SKIPPED, PREDICTED_OOM, INVALID)
 
 PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER = OomPhase.ENCODER, OomPhase.JOINT, OomPhase.OPTIMIZER
 OOM_PHASES = tuple(OomPhase)
@@ -95,6 +98,7 @@ class TrialResult:
     device: str = ""  # "cpu", "cuda", or "command"
     started_at: str = ""  # ISO-8601 UTC
     finished_at: str = ""
+    stopped_early: str = ""  # why racing stopped it (it could not beat the leader); empty if it ran its course
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

@@ -20,6 +20,11 @@ phase adds tensors that grow with joint_batch (j = p/s). Hence:
 
 Failed, timed-out and cancelled trials are "not feasible" but imply nothing.
 
+Predicted OOM (core/memory_model.py). With a capacity and trust_memory_model on, a
+pair whose peak the fitted memory model puts above the capacity with probability
+>= 0.95 is treated like an implied OOM: not launched, and shown as `predicted_oom`.
+Pairs a measured ok trial implies fit are never predicted out.
+
 Throughput ordering (a heuristic, used to skip pairs that cannot win). A step
 runs accum micro-batches of p samples through the encoder and per_device_total/j
 joint chunks of j samples (whatever the split), plus a fixed cost per micro-batch
@@ -33,6 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
 
+from sweep.core.memory_model import PeakPrediction, fit_from_results, predicted_oom
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, OOM, PHASE_ENCODER, TrialResult
 from sweep.core.space import Candidate
@@ -53,6 +59,8 @@ class Strategy(Protocol):
     name: str
 
     def propose(self, finished: Mapping[str, TrialResult], in_flight: Collection[str]) -> Proposal: ...
+
+    def predicted_ooms(self, finished: Mapping[str, TrialResult]) -> dict[str, PeakPrediction]: ...
 
 
 # --- shared knowledge: ranking, memory and throughput ordering -------------------------------
@@ -95,6 +103,62 @@ def no_faster_than(c: Candidate | TrialResult, other: Candidate | TrialResult) -
     )
 
 
+def predicted_ooms(
+    candidates: Sequence[Candidate], finished: Mapping[str, TrialResult], capacity_gib: float | None
+) -> dict[str, PeakPrediction]:
+    """Untried valid pairs the memory model says run out of memory (not those a measured OOM already implies)."""
+    if capacity_gib is None or capacity_gib <= 0:
+        return {}
+    results = list(finished.values())
+    fit = fit_from_results(results, capacity_gib)
+    if fit is None:
+        return {}
+    out = {}
+    for c in candidates:
+        if not c.valid or c.key in finished or oom_implied(c, results) or fit_implied(c, results):
+            continue
+        pred = predicted_oom(fit, c, capacity_gib)
+        if pred is not None:
+            out[c.key] = pred
+    return out
+
+
+class _Base:
+    """What every strategy shares: its candidates, the trial budget and the memory model's verdicts."""
+
+    name = ""
+
+    def __init__(
+        self,
+        candidates: Sequence[Candidate],
+        max_trials: int | None = None,
+        capacity_gib: float | None = None,
+        trust_memory_model: bool = True,
+    ) -> None:
+        self.candidates = _valid(candidates)
+        self.max_trials = max_trials
+        self.capacity_gib = capacity_gib  # per device; None: no predictions
+        self.trust_memory_model = trust_memory_model
+        self._predicted: set[str] = set()  # this propose() call's predicted OOMs
+
+    def predicted_ooms(self, finished: Mapping[str, TrialResult]) -> dict[str, PeakPrediction]:
+        """Pairs this strategy will not launch on the memory model's word, with their predictions."""
+        if not self.trust_memory_model:
+            return {}
+        return predicted_ooms(self.candidates, finished, self.capacity_gib)
+
+    def propose(self, finished: Mapping[str, TrialResult], in_flight: Collection[str]) -> Proposal:
+        self._predicted = set(self.predicted_ooms(finished))
+        return _bounded(self._plan(finished), finished, in_flight, self.max_trials)
+
+    def _plan(self, finished: Mapping[str, TrialResult]) -> list[Candidate]:
+        raise NotImplementedError
+
+    def _ruled_out(self, c: Candidate, results: Iterable[TrialResult]) -> bool:
+        """Known not to fit: a measured OOM implies it, or the memory model predicts it."""
+        return c.key in self._predicted or oom_implied(c, results)
+
+
 def _valid(candidates: Sequence[Candidate]) -> list[Candidate]:
     return sorted(c for c in candidates if c.valid)
 
@@ -125,17 +189,16 @@ def _bounded(
 # --- grid -----------------------------------------------------------------------------------
 
 
-class Grid:
-    """Every valid pair, accum ascending then split: the reference every other strategy is judged by."""
+class Grid(_Base):
+    """Every valid pair, accum ascending then split: the reference every other strategy is judged by.
+
+    Only pairs the memory model predicts to OOM are left out (measured OOMs prune nothing here).
+    """
 
     name = "grid"
 
-    def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None) -> None:
-        self.candidates = _valid(candidates)
-        self.max_trials = max_trials
-
-    def propose(self, finished: Mapping[str, TrialResult], in_flight: Collection[str]) -> Proposal:
-        return _bounded(self.candidates, finished, in_flight, self.max_trials)
+    def _plan(self, finished: Mapping[str, TrialResult]) -> list[Candidate]:
+        return [c for c in self.candidates if c.key not in self._predicted]
 
 
 # --- staircase ------------------------------------------------------------------------------
@@ -161,7 +224,7 @@ def _bisection_order(items: list[Candidate]) -> list[Candidate]:
     return out
 
 
-class Staircase:
+class Staircase(_Base):
     """The seed procedure, automated.
 
     Step 2: bisect over accum at the smallest split for the smallest accum that
@@ -182,18 +245,14 @@ class Staircase:
 
     name = "staircase"
 
-    def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None) -> None:
-        self.candidates = _valid(candidates)
-        self.max_trials = max_trials
+    def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None, **memory: Any) -> None:
+        super().__init__(candidates, max_trials, **memory)
         self.by_pair = {(c.accum, c.split): c for c in self.candidates}
         self.splits_at: dict[int, list[int]] = {}
         for c in self.candidates:  # sorted, so each list is ascending
             self.splits_at.setdefault(c.accum, []).append(c.split)
         self.base_split = min((c.split for c in self.candidates), default=1)
         self.column = [c for c in self.candidates if c.split == self.base_split]  # accum ascending
-
-    def propose(self, finished: Mapping[str, TrialResult], in_flight: Collection[str]) -> Proposal:
-        return _bounded(self._plan(finished), finished, in_flight, self.max_trials)
 
     def _plan(self, finished: Mapping[str, TrialResult]) -> list[Candidate]:
         results = list(finished.values())
@@ -217,7 +276,7 @@ class Staircase:
         ooms = [
             c.accum
             for c in self.column
-            if (finished[c.key].status == OOM if c.key in finished else oom_implied(c, results))
+            if (finished[c.key].status == OOM if c.key in finished else self._ruled_out(c, results))
         ]
         lo = max(ooms) if ooms else None
         unknown = [
@@ -265,7 +324,7 @@ class Staircase:
             r = finished.get(c.key)
             if r is not None and r.status != OOM:
                 return "ran", c
-            if r is None and not oom_implied(c, results):
+            if r is None and not self._ruled_out(c, results):
                 return ("outranked" if any(no_faster_than(c, m) for m in ok) else "pending"), c
         return "none", None
 
@@ -276,7 +335,7 @@ class Staircase:
         if lead is None:
             # Nothing ran ok (e.g. every trial at the smallest split failed): try what
             # is left, least memory first, until something runs.
-            rest = [c for c in self.candidates if c.key not in finished and not oom_implied(c, results)]
+            rest = [c for c in self.candidates if c.key not in finished and not self._ruled_out(c, results)]
             return sorted(rest, key=lambda c: (c.per_device_batch, c.joint_batch))
         a, s = finished[lead].accum, finished[lead].split
         # Neighbours in (per-device batch, joint batch): p doubled, j doubled; p same, j doubled;
@@ -293,7 +352,7 @@ class Staircase:
 # --- powers ---------------------------------------------------------------------------------
 
 
-class Powers:
+class Powers(_Base):
     """The tuning playbook: double the per-device batch (halve accum) until OOM.
 
     Splits are kept at the smallest value that can still fit: when a doubling
@@ -305,13 +364,9 @@ class Powers:
 
     name = "powers"
 
-    def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None) -> None:
-        self.candidates = _valid(candidates)
-        self.max_trials = max_trials
+    def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None, **memory: Any) -> None:
+        super().__init__(candidates, max_trials, **memory)
         self.batches = sorted({c.per_device_batch for c in self.candidates})
-
-    def propose(self, finished: Mapping[str, TrialResult], in_flight: Collection[str]) -> Proposal:
-        return _bounded(self._plan(finished), finished, in_flight, self.max_trials)
 
     def _plan(self, finished: Mapping[str, TrialResult]) -> list[Candidate]:
         results = list(finished.values())
@@ -320,7 +375,7 @@ class Powers:
             row = [c for c in self.candidates if c.per_device_batch == p]  # split ascending
             if any(c.key in finished and finished[c.key].status != OOM for c in row):
                 continue  # this batch has its answer
-            nxt = next((c for c in row if c.key not in finished and not oom_implied(c, results)), None)
+            nxt = next((c for c in row if c.key not in finished and not self._ruled_out(c, results)), None)
             if nxt is None:
                 break  # every split at this batch runs out of memory: the climb ends here
             if plan and nxt.split != plan[0].split:
@@ -382,10 +437,20 @@ def scaling_report(results: Mapping[str, TrialResult] | Iterable[TrialResult]) -
 STRATEGIES: dict[str, type] = {"grid": Grid, "staircase": Staircase, "powers": Powers}
 
 
-def make_strategy(name: str, candidates: Sequence[Candidate], max_trials: int | None = None) -> Strategy:
+def make_strategy(
+    name: str,
+    candidates: Sequence[Candidate],
+    max_trials: int | None = None,
+    *,
+    capacity_gib: float | None = None,
+    trust_memory_model: bool = True,
+) -> Strategy:
+    """capacity_gib: device memory per device (machine.memory_gib); None turns predictions off."""
     cls = STRATEGIES.get(name)
     if cls is None:
         raise ValueError(f"unknown search strategy {name!r}: valid names are {', '.join(sorted(STRATEGIES))}")
     if max_trials is not None and (isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1):
         raise ValueError(f"max_trials={max_trials!r} is not valid: expected a positive integer or None")
-    return cls(candidates, max_trials)
+    if capacity_gib is not None and (isinstance(capacity_gib, bool) or not isinstance(capacity_gib, (int, float)) or capacity_gib <= 0):
+        raise ValueError(f"memory capacity={capacity_gib!r} GiB is not valid: expected a positive number or None")
+    return cls(candidates, max_trials, capacity_gib=capacity_gib, trust_memory_model=bool(trust_memory_model))

@@ -1,0 +1,91 @@
+"""When to stop measuring a trial: adaptive measurement and racing (pure).
+
+Adaptive measurement: a trial times steps until the 95% interval of its median
+throughput (the order-statistic interval of core/stats.py's throughput_summary)
+lies within +-target_precision of the median, after at least min_steps and at
+most max_steps timed steps.
+
+Racing: a running trial whose interval's upper bound has fallen below the
+leader's lower bound cannot win and is stopped; its partial measurement is kept
+(status ok, `stopped_early` says why). Two guards against stopping on noise:
+both intervals must be real 95% intervals (at least MIN_INTERVAL_STEPS steps, as
+the order-statistic interval of fewer steps covers less than 95%), and the gap
+must exceed RACE_MARGIN, the between-trial drift a trial's own step scatter does
+not show (core/confidence.py's TRIAL_FLOOR).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from sweep.core.config import TrialConfig
+from sweep.core.stats import throughput_summary
+
+# Below 6 steps even the extremes bracket the median with less than 95% (core/stats.py).
+MIN_INTERVAL_STEPS = 6
+RACE_MARGIN = 0.01  # relative gap required between the two intervals
+
+Interval = tuple[float, float]  # (low, high) samples/s
+
+
+def relative_half_widths(step_times_s: Sequence[float]) -> tuple[float, float]:
+    """How far below and above the median throughput its 95% interval reaches, as fractions of it."""
+    mid, low, high = throughput_summary(step_times_s, 1)
+    return (mid - low) / mid, (high - mid) / mid
+
+
+def enough_measured(step_times_s: Sequence[float], *, target_precision: float, min_steps: int, max_steps: int) -> bool:
+    """True when timing may stop: the cap is reached, or the median is known to +-target_precision."""
+    n = sum(1 for t in step_times_s if t > 0)
+    if n >= max_steps:
+        return True
+    if n < max(min_steps, MIN_INTERVAL_STEPS):
+        return False
+    below, above = relative_half_widths(step_times_s)
+    return max(below, above) <= target_precision
+
+
+def cannot_win(
+    candidate: Interval,
+    leader: Interval,
+    *,
+    candidate_steps: int,
+    leader_steps: int = MIN_INTERVAL_STEPS,
+    margin: float = RACE_MARGIN,
+) -> bool:
+    """True when the running candidate's throughput interval lies wholly below the leader's.
+
+    candidate_steps/leader_steps: timed steps behind each interval; fewer than
+    MIN_INTERVAL_STEPS on either side and nothing is decided.
+    """
+    if min(candidate_steps, leader_steps) < MIN_INTERVAL_STEPS:
+        return False
+    c_low, c_high = candidate
+    l_low, l_high = leader
+    if not all(math.isfinite(v) and v > 0 for v in (c_low, c_high, l_low, l_high)):
+        return False
+    return c_high * (1.0 + margin) < l_low
+
+
+def race_reason(candidate: Interval, leader: Interval, leader_key: str, steps: int) -> str:
+    """The one line a stopped trial's log and `stopped_early` carry."""
+    return (
+        f"stopped after {steps} timed steps: cannot beat the leader {leader_key} "
+        f"(95% upper bound {candidate[1]:.4g} samples/s < its lower bound {leader[0]:.4g})"
+    )
+
+
+def check_trial_settings(trial: TrialConfig) -> None:
+    """Raise ValueError (one line: the bad value and what is valid) for unusable measurement settings."""
+    tp = trial.target_precision
+    if isinstance(tp, bool) or not isinstance(tp, (int, float)) or not 0 < tp < 0.5:
+        raise ValueError(f"trial.target_precision={tp!r} is not valid: expected a number in (0, 0.5), e.g. 0.02 for +-2%")
+    steps, cap = trial.measure_steps, trial.max_measure_steps
+    for name, value in (("trial.measure_steps", steps), ("trial.max_measure_steps", cap)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} is not valid: expected a positive integer")
+    if cap < steps:
+        raise ValueError(
+            f"trial.max_measure_steps={cap} is not valid: expected at least trial.measure_steps={steps} (the minimum)"
+        )
