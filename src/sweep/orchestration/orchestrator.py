@@ -76,6 +76,10 @@ def dry_run_text(plan: SweepPlan) -> str:
         f"{plan.machine['memory_gib']} GiB each), global_batch_size={plan.meta.global_batch_size}, "
         f"search={plan.search}: {valid} valid candidate(s), {len(plan.candidates) - valid} invalid; nothing launched"
     )
+    if plan.workload.get("name") == "rnnt":  # the built-in model's size: why a split may be needed
+        from sweep.workloads.rnnt.data import size_summary
+
+        head += "\n" + size_summary(plan.workload)
     return head + "\n\n" + format_table(rows, show_invalid=True)
 
 
