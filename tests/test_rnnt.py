@@ -18,7 +18,8 @@ import torch.multiprocessing as mp
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT
-from sweep.workloads.rnnt.model import RNNTWorkload, SyntheticData, rnnt_loss, rnnt_loss_bruteforce
+from sweep.workloads.rnnt.data import encoder_frames, length_spec, parameter_count, size_summary, step_lengths
+from sweep.workloads.rnnt.model import RNNT, RNNTWorkload, SyntheticData, autocast_dtype, rnnt_loss, rnnt_loss_bruteforce
 
 CPU = torch.device("cpu")
 
@@ -190,3 +191,158 @@ def test_two_ranks_match_one_and_agree_on_an_oom(tmp_path):
         outcome = (tmp_path / f"rank{rank}.txt").read_text()
         assert outcome.startswith("joint rank=1 DefaultCPUAllocator: can't allocate memory"), (rank, outcome)
         assert outcome.endswith("in phase joint"), (rank, outcome)
+
+
+# -- real scale: presets, variable lengths, mixed precision
+
+CONF = Path(__file__).resolve().parents[1] / "src" / "sweep" / "conf" / "workload"
+
+
+def preset(name: str) -> RNNTWorkloadConfig:
+    import yaml
+
+    values = yaml.safe_load((CONF / f"{name}.yaml").read_text()) or {}
+    values.pop("defaults", None)
+    return RNNTWorkloadConfig(**values)
+
+
+def scaled_down(cfg: RNNTWorkloadConfig) -> RNNTWorkloadConfig:
+    """The preset's structure (stacking, pre/post layers, depths, length distribution) at CPU-test widths."""
+    return replace(
+        cfg, feat_dim=4, vocab=cfg.vocab // 1024, enc_hidden=cfg.enc_hidden // 128, pred_hidden=cfg.pred_hidden // 64,
+        joint_hidden=cfg.joint_hidden // 64, enc_layers=2, duration_mean_s=0.3, duration_std_s=0.1,
+        min_duration_s=0.06, max_duration_s=0.6, tokens_per_s=10.0,
+    )
+
+
+# Variable lengths at test size: 6 to 60 frames (1 to 10 encoder frames), 1 to 6 tokens.
+VARIED = scaled_down(preset("rnnt_base"))
+
+
+@pytest.mark.parametrize("name", ["rnnt", "rnnt_base", "rnnt_large"])
+def test_parameter_count_from_dimensions_matches_the_model(name):
+    cfg = preset(name)
+    with torch.device("meta"):  # the full-size model without allocating it
+        model = RNNT(cfg)
+    assert parameter_count(cfg) == sum(p.numel() for p in model.parameters())
+
+
+def test_presets_have_caiman_asr_dimensions_and_published_sizes():
+    base, large = preset("rnnt_base"), preset("rnnt_large")
+    assert (base.enc_hidden, base.pred_hidden, base.joint_hidden, base.vocab) == (1024, 512, 768, 8704)
+    assert (large.enc_hidden, large.pred_hidden, large.joint_hidden, large.vocab) == (1536, 768, 1024, 17408)
+    for cfg in (base, large):
+        assert (cfg.feat_dim * cfg.subsample, cfg.enc_pre_layers, cfg.enc_stack_time, cfg.enc_layers, cfg.pred_layers) == (240, 2, 2, 6, 2)
+        assert cfg.lengths == "lognormal" and cfg.precision == "auto"
+    # caiman-asr's docs list base at 85M and large at 196M parameters.
+    assert round(parameter_count(base) / 1e6) == 85 and round(parameter_count(large) / 1e6) == 196
+    assert preset("rnnt") == RNNTWorkloadConfig()  # the CPU demo stays the schema's defaults
+
+
+@pytest.mark.parametrize("name", ["rnnt_base", "rnnt_large"])
+def test_scaled_down_preset_shapes(name):
+    cfg = scaled_down(preset(name))
+    w = RNNTWorkload(cfg, CPU)
+    assert w.model.encoder_pre is not None and w.model.encoder_pre.num_layers == 2 and w.model.pred_rnn.num_layers == 2
+    feats, labels, frame_lens, label_lens = w.data.padded_batch(step_index=0, first_sample=0, count=4, global_batch=4)
+    spec = length_spec(cfg)
+    assert feats.shape == (4, spec.max_frames, cfg.feat_dim) and labels.shape == (4, spec.max_tokens)
+    enc, pred = w.model.encoder_forward(feats), w.model.prediction_forward(labels)
+    T = encoder_frames(spec.max_frames, cfg.subsample, cfg.enc_stack_time)
+    assert enc.shape == (4, T, cfg.enc_hidden) and pred.shape == (4, spec.max_tokens + 1, cfg.pred_hidden)
+    assert frame_lens.tolist() == [T] * 4 and label_lens.tolist() == [spec.max_tokens] * 4
+    assert w.model.joint_forward(enc, pred).shape == (4, T, spec.max_tokens + 1, cfg.vocab)
+    assert f"{T} x {spec.max_tokens + 1} x {cfg.vocab}" in size_summary(cfg)
+
+
+def test_padded_loss_equals_each_utterance_alone():
+    gen = torch.Generator().manual_seed(7)
+    B, T, U, V = 4, 6, 4, 5
+    logits = torch.randn(B, T, U + 1, V, dtype=torch.float64, generator=gen, requires_grad=True)
+    labels = torch.randint(1, V, (B, U), generator=gen)
+    frame_lens, label_lens = torch.tensor([6, 3, 1, 4]), torch.tensor([2, 4, 0, 3])
+    weights = torch.rand(B, dtype=torch.float64, generator=gen)
+    padded = rnnt_loss(logits.log_softmax(-1), labels, frame_lens=frame_lens, label_lens=label_lens)
+    (grad,) = torch.autograd.grad((padded * weights).sum(), logits)
+    for b in range(B):
+        t, u = int(frame_lens[b]), int(label_lens[b])
+        alone = logits[b : b + 1, :t, : u + 1].detach().requires_grad_()
+        ref = rnnt_loss_bruteforce(alone.log_softmax(-1), labels[b : b + 1, :u])
+        (ref_grad,) = torch.autograd.grad(ref.sum() * weights[b], alone)
+        torch.testing.assert_close(padded[b], ref[0], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(grad[b, :t, : u + 1], ref_grad[0], rtol=1e-10, atol=1e-12)
+        assert grad[b, t:].abs().sum() == 0 and grad[b, :, u + 1 :].abs().sum() == 0  # padding learns nothing
+
+
+def test_lengths_are_the_same_utterances_in_the_same_order_for_every_cut():
+    data = SyntheticData(VARIED, seed=3, device=CPU)
+    spec = data.spec
+    for step in (0, 1, 2):
+        whole = data.lengths(step, 0, 16, global_batch=16)
+        for count in (1, 2, 4, 8):
+            parts = [data.lengths(step, first, count, 16) for first in range(0, 16, count)]
+            assert [f for p in parts for f in p[0]] == whole[0] and [u for p in parts for u in p[1]] == whole[1]
+    # Step 0 is the long tail on purpose: every utterance at the maximum length, so every
+    # rank, micro-batch and joint chunk of the first step is padded to it.
+    assert data.lengths(0, 0, 16, 16) == ([spec.max_frames] * 16, [spec.max_tokens] * 16)
+    frames, tokens = data.lengths(1, 0, 16, 16)
+    assert len(set(frames)) > 4 and max(frames) < spec.max_frames and min(frames) >= spec.min_frames
+    assert frames != data.lengths(2, 0, 16, 16)[0]  # the next step sees other lengths
+    assert SyntheticData(VARIED, seed=3, device=CPU).lengths(1, 0, 16, 16) == (frames, tokens)  # fixed by the seed
+    feats, labels, frame_lens, label_lens = data.padded_batch(1, 4, 4, 16)
+    assert feats.shape[1] == max(frames[4:8]) and labels.shape[1] == max(tokens[4:8])  # padded to its longest
+    assert all(feats[i, f:].abs().sum() == 0 for i, f in enumerate(frames[4:8]))
+
+
+def test_default_duration_distribution_is_librispeech_shaped():
+    spec = length_spec(replace(RNNTWorkloadConfig(), lengths="lognormal"))
+    draws = [f for step in range(1, 41) for f, _ in step_lengths(spec, 0, step, 500)]
+    seconds = [f * spec.frame_shift_ms / 1000 for f in draws]
+    mean = sum(seconds) / len(seconds)
+    assert 12.0 < mean < 12.6, mean  # LibriSpeech train-960: 960.9 h / 281,241 utterances = 12.3 s
+    assert max(seconds) <= 35.0 and min(seconds) >= 0.5
+    assert 0.05 < sum(s > 17 for s in seconds) / len(seconds) < 0.2  # a real tail above the mean
+
+
+@pytest.fixture(scope="module")
+def varied_reference():
+    return {step: RNNTWorkload(VARIED, CPU).gradients(per_device_batch=8, accum=1, split=1, step_index=step) for step in (0, 1)}
+
+
+@pytest.mark.parametrize("accum,split", [(1, 2), (1, 8), (2, 1), (2, 4), (4, 2), (8, 1)])
+@pytest.mark.parametrize("step", [0, 1])
+def test_every_pair_gives_the_same_gradient_with_variable_lengths(varied_reference, accum, split, step):
+    grads = RNNTWorkload(VARIED, CPU).gradients(per_device_batch=8 // accum, accum=accum, split=split, step_index=step)
+    for name, g in grads.items():
+        torch.testing.assert_close(g, varied_reference[step][name], rtol=1e-4, atol=1e-6, msg=f"{name} differs")
+    assert all(g.abs().sum() > 0 for g in grads.values())
+
+
+def test_varied_training_steps_run_from_the_max_length_step():
+    w = RNNTWorkload(VARIED, CPU)
+    for step in range(3):
+        w.train_step(per_device_batch=4, accum=2, split=2, step_index=step)
+    assert all(torch.isfinite(p).all() for p in w.model.parameters())
+
+
+@pytest.mark.parametrize(
+    "precision,device,dtype",
+    [("fp32", "cpu", None), ("auto", "cpu", None), ("auto", "cuda", torch.float16), ("fp16", "cuda", torch.float16),
+     ("fp32", "cuda", None), ("bf16", "cpu", torch.bfloat16), ("fp16", "cpu", torch.float16)],
+)
+def test_precision_picks_autocast_only_where_asked_or_on_cuda(precision, device, dtype):
+    assert autocast_dtype(precision, torch.device(device)) is dtype
+
+
+def test_bad_precision_and_lengths_name_the_value():
+    with pytest.raises(ValueError, match="workload.precision='fp8'"):
+        autocast_dtype("fp8", CPU)
+    with pytest.raises(ValueError, match="workload.lengths='uniform'"):
+        length_spec(replace(TINY, lengths="uniform"))
+
+
+def test_bf16_autocast_step_on_cpu_when_asked():
+    w = RNNTWorkload(replace(VARIED, precision="bf16"), CPU)
+    assert w.amp_dtype is torch.bfloat16 and w.scaler is None
+    loss = w.micro_batch(per_device_batch=4, accum=1, split=2, step_index=1, micro_index=0)
+    assert torch.isfinite(loss) and all(p.grad is None or torch.isfinite(p.grad).all() for p in w.model.parameters())

@@ -87,10 +87,16 @@ class TrialResult:
     error: str = ""  # one line: why the trial did not finish ok
     warmup_steps: int = 0  # optimizer steps run before timing started
     step_times_s: list[float] = field(default_factory=list)  # each measured optimizer step
-    throughput: float | None = None  # median samples/s over the measured steps
-    throughput_low: float | None = None  # 95% interval of that median
+    throughput: float | None = None  # median over the measured steps, in throughput_unit
+    throughput_low: float | None = None  # 95% interval of that median (None: unknown, e.g. one figure)
     throughput_high: float | None = None
+    throughput_unit: str = "samples/s"  # what the figure counts: samples/s or tokens/s (issue 12)
+    steps_measured: int | None = None  # post-warm-up figures the median rests on
     peak_mem_gib: float | None = None  # peak device memory (CPU: resident set above the start-up baseline)
+    peak_reserved_gib: float | None = None  # built-in on CUDA: the allocator's reserved peak, what the card loses
+    capacity_gib: float | None = None  # the device's usable memory the peak is measured against
+    headroom: float | None = None  # fraction of capacity left at the peak: 1 - peak / capacity
+    tight: bool = False  # ok, but headroom below trial.memory_margin: may OOM in real training
     wall_s: float | None = None  # the trial's whole wall time, start-up included
     log: str = ""  # path of the job's log (stdout/stderr) to read first
     job_id: str = ""

@@ -78,6 +78,9 @@ def dry_run_text(plan: SweepPlan) -> str:
         f"{plan.machine.memory_gib} GiB each), global_batch_size={plan.meta.global_batch_size}, "
         f"search={plan.search}: {valid} valid candidate(s), {len(plan.candidates) - valid} invalid; nothing launched"
     )
+    description = workloads.get(plan.meta.workload).describe(plan.workload)
+    if description:  # the built-in model's size, say: why a split may be needed
+        head += "\n" + description
     return head + "\n\n" + format_table(rows, show_invalid=True)
 
 

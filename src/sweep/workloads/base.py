@@ -35,3 +35,5 @@ class Workload:
     live_throughput: Callable[[Path], Optional[float]] = lambda trial_dir: None
     # Whether batch_split_factor means anything to it; False: the space is accum alone (split=1).
     splits_apply: Callable[[Any], bool] = lambda config: True
+    # A few lines for dry_run on what the workload is (its size, say); empty if nothing useful.
+    describe: Callable[[Any], str] = lambda config: ""

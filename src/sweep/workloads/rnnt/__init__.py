@@ -22,4 +22,10 @@ def _run(spec: "TrialSpec") -> "TrialResult":
     return run_trial(spec)
 
 
-WORKLOAD = Workload(name="rnnt", schema=RNNTWorkloadConfig, validate=_validate, run=_run)
+def _describe(config: RNNTWorkloadConfig) -> str:
+    from sweep.workloads.rnnt.data import size_summary  # pure arithmetic on the dimensions
+
+    return size_summary(config)
+
+
+WORKLOAD = Workload(name="rnnt", schema=RNNTWorkloadConfig, validate=_validate, run=_run, describe=_describe)

@@ -1,4 +1,9 @@
-"""The built-in RNN-T workload's config schema (workload=rnnt)."""
+"""The built-in RNN-T workload's config schema (workload=rnnt, rnnt_base, rnnt_large).
+
+The defaults are the CPU demo (workload=rnnt): fixed lengths, one encoder LSTM
+after frame stacking, fp32. The presets in conf/workload/ set the caiman-asr
+dimensions and the LibriSpeech-shaped length distribution (see data.py).
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,29 @@ from dataclasses import dataclass
 @dataclass
 class RNNTWorkloadConfig:
     name: str = "rnnt"  # the built-in PyTorch RNN-T training step
-    feat_dim: int = 40  # input features per frame (e.g. log-mel bins)
-    frames: int = 160  # input frames per utterance, before subsampling
-    subsample: int = 2  # time-stacking factor in front of the encoder
-    label_len: int = 8  # target tokens per utterance (U)
-    vocab: int = 448  # output vocabulary incl. blank (V)
-    enc_hidden: int = 16  # encoder LSTM width
-    enc_layers: int = 16  # encoder LSTM depth
-    pred_hidden: int = 32  # prediction-network width
-    joint_hidden: int = 32  # joint-network width
+    feat_dim: int = 40  # input features per 10 ms frame (e.g. log-mel bins; caiman-asr: 80)
+    frames: int = 160  # input frames per utterance when lengths="fixed", before stacking
+    subsample: int = 2  # frontend frame stacking = subsampling in front of the encoder (caiman-asr: 3)
+    label_len: int = 8  # target tokens per utterance (U) when lengths="fixed"
+    vocab: int = 448  # output vocabulary incl. blank (V): sentencepiece size + 1
+    enc_hidden: int = 16  # encoder LSTM width (caiman-asr enc_n_hid)
+    enc_pre_layers: int = 0  # encoder LSTM layers before the time stacking (caiman-asr enc_pre_rnn_layers)
+    enc_stack_time: int = 1  # time-stacking factor inside the encoder (caiman-asr enc_stack_time_factor)
+    enc_layers: int = 16  # encoder LSTM layers after the time stacking (caiman-asr enc_post_rnn_layers)
+    pred_hidden: int = 32  # prediction-network width, embedding and LSTM (caiman-asr pred_n_hid)
+    pred_layers: int = 1  # prediction-network LSTM depth (caiman-asr pred_rnn_layers)
+    joint_hidden: int = 32  # joint-network width (caiman-asr joint_n_hid)
     optimizer: str = "adam"  # "adam" (state = 2x params) or "sgd"
     seed: int = 0  # model init and synthetic data
+    # Mixed precision: "fp32"; "auto" = the recipe's fp16 autocast + GradScaler on CUDA and fp32
+    # elsewhere; "fp16" / "bf16" = autocast at that dtype on any device that supports it.
+    precision: str = "fp32"
+    # Utterance lengths: "fixed" (frames and label_len for every utterance) or "lognormal"
+    # (durations drawn per utterance; each batch padded to its longest). See data.py.
+    lengths: str = "fixed"
+    duration_mean_s: float = 12.3  # lognormal: mean utterance duration before truncation (LibriSpeech train-960)
+    duration_std_s: float = 4.0  # lognormal: standard deviation of the duration before truncation
+    min_duration_s: float = 0.5  # lognormal: shorter draws are redrawn
+    max_duration_s: float = 35.0  # lognormal: longer draws are redrawn; the first step is at this length
+    tokens_per_s: float = 3.5  # lognormal: transcript tokens per second of audio (U = round(duration * this))
+    frame_shift_ms: float = 10.0  # lognormal: one input frame per this many ms of audio

@@ -18,6 +18,7 @@ the traceback's function names (`encode`, `predict`, `joint_and_loss`,
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import traceback
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from sweep.workloads.rnnt.data import encoder_frames, length_spec, step_lengths
 from sweep.workloads.rnnt.memory import DeviceOOM, drop_exception, free_device_memory, is_oom_error, oom_summary
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER
 
@@ -67,7 +69,7 @@ class _RNNTLoss(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, log_probs: torch.Tensor, labels: torch.Tensor, blank: int) -> torch.Tensor:
+    def forward(ctx, log_probs: torch.Tensor, labels: torch.Tensor, blank: int, ends=None) -> torch.Tensor:
         blank_lp, emit_lp, csum = _lattice(log_probs.detach(), labels, blank)
         B, T, U1 = blank_lp.shape
         k = (csum[:, :-1] + blank_lp[:, :-1] - csum[:, 1:]).unbind(1)
@@ -75,42 +77,72 @@ class _RNNTLoss(torch.autograd.Function):
         for t in range(1, T):
             rows.append(torch.logcumsumexp(rows[-1] + k[t - 1], dim=1))
         alpha = torch.stack(rows, dim=1) + csum
-        log_z = alpha[:, -1, -1] + blank_lp[:, -1, -1]
-        ctx.save_for_backward(labels, blank_lp, emit_lp, csum, alpha, log_z)
-        ctx.blank, ctx.shape = blank, log_probs.shape
+        # Padding lies after each utterance's last frame and token, so alpha up to
+        # (T_b - 1, U_b) never reads it: the utterance ends where its lengths say.
+        t_end, u_end = ends if ends is not None else (torch.full((B,), T - 1), torch.full((B,), U1 - 1))
+        t_end, u_end = t_end.to(alpha.device), u_end.to(alpha.device)
+        batch = torch.arange(B, device=alpha.device)
+        log_z = alpha[batch, t_end, u_end] + blank_lp[batch, t_end, u_end]
+        ctx.save_for_backward(labels, blank_lp, emit_lp, csum, alpha, log_z, t_end, u_end)
+        ctx.blank, ctx.shape, ctx.padded = blank, log_probs.shape, ends is not None
         return -log_z
 
     @staticmethod
     def backward(ctx, grad_nll: torch.Tensor):
-        labels, blank_lp, emit_lp, csum, alpha, log_z = ctx.saved_tensors
+        labels, blank_lp, emit_lp, csum, alpha, log_z, t_end, u_end = ctx.saved_tensors
         B, T, U1 = blank_lp.shape
         # Backward variables, the mirror image: b(t) = beta(t) + C(t) obeys
         # b(t) = reverse-logcumsumexp_u[b(t+1) + C(t) - C(t+1) + blank(t)], so the
         # rows are flipped in u once, up front, and flipped back once at the end.
         kb = (csum[:, :-1] - csum[:, 1:] + blank_lp[:, :-1]).flip(2).unbind(1)
-        last = (blank_lp[:, -1, -1] + csum[:, -1, -1])[:, None].expand(B, U1)
-        rows = [last]
-        for t in range(T - 2, -1, -1):
-            rows.append(torch.logcumsumexp(rows[-1] + kb[t], dim=1))
+        batch = torch.arange(B, device=blank_lp.device)
+        end_value = (blank_lp[batch, t_end, u_end] + csum[batch, t_end, u_end])[:, None].expand(B, U1)
+        if not ctx.padded:
+            rows = [end_value]
+            for t in range(T - 2, -1, -1):
+                rows.append(torch.logcumsumexp(rows[-1] + kb[t], dim=1))
+        else:
+            # Each utterance starts its backward recursion at its own last frame, with
+            # -inf past its last token (flipped: before index U1-1-U_b) and after its last frame.
+            neg_inf = blank_lp.new_tensor(float("-inf"))
+            past_last_token = torch.arange(U1, device=blank_lp.device)[None, :] < (U1 - 1 - u_end)[:, None]
+            start = end_value.masked_fill(past_last_token, float("-inf"))
+            rows = [torch.where((t_end == T - 1)[:, None], start, neg_inf)]
+            for t in range(T - 2, -1, -1):
+                step = torch.logcumsumexp(rows[-1] + kb[t], dim=1)
+                rows.append(torch.where((t_end == t)[:, None], start, torch.where((t_end > t)[:, None], step, neg_inf)))
         beta = torch.stack(rows[::-1], dim=1).flip(2) - csum
         scale = -grad_nll[:, None, None]
         grad_blank = torch.zeros_like(blank_lp)
         grad_blank[:, :-1] = torch.exp(alpha[:, :-1] + blank_lp[:, :-1] + beta[:, 1:] - log_z[:, None, None])
-        grad_blank[:, -1, -1] = 1.0
+        grad_blank[batch, t_end, u_end] = 1.0
         grad_emit = torch.exp(alpha[:, :, :-1] + emit_lp + beta[:, :, 1:] - log_z[:, None, None])
         grad = blank_lp.new_zeros(ctx.shape)
         grad[..., ctx.blank] = grad_blank * scale
         index = labels[:, None, :, None].expand(B, T, U1 - 1, 1)
         grad[:, :, :-1, :].scatter_(3, index, (grad_emit * scale).unsqueeze(3))
-        return grad, None, None
+        return grad, None, None, None
 
 
-def rnnt_loss(log_probs: torch.Tensor, labels: torch.Tensor, blank: int = BLANK) -> torch.Tensor:
-    """Per-utterance negative log-likelihood, shape (B,), for fixed-length inputs.
+def rnnt_loss(
+    log_probs: torch.Tensor,
+    labels: torch.Tensor,
+    blank: int = BLANK,
+    frame_lens: Optional[torch.Tensor] = None,
+    label_lens: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Per-utterance negative log-likelihood, shape (B,).
 
     log_probs: (B, T, U+1, V) log-softmax output of the joint; labels: (B, U) in 1..V-1.
+    frame_lens, label_lens: (B,) lengths of padded utterances (T_b <= T, U_b <= U);
+    None means every utterance fills the tensor. Padded cells get zero gradient.
     """
-    return _RNNTLoss.apply(log_probs, labels, blank)
+    if frame_lens is None and label_lens is None:
+        return _RNNTLoss.apply(log_probs, labels, blank, None)
+    B, T, U1, _ = log_probs.shape
+    frame_lens = torch.full((B,), T) if frame_lens is None else frame_lens
+    label_lens = torch.full((B,), U1 - 1) if label_lens is None else label_lens
+    return _RNNTLoss.apply(log_probs, labels, blank, (frame_lens.long() - 1, label_lens.long()))
 
 
 def rnnt_loss_bruteforce(log_probs: torch.Tensor, labels: torch.Tensor, blank: int = BLANK) -> torch.Tensor:
@@ -141,21 +173,38 @@ def rnnt_loss_bruteforce(log_probs: torch.Tensor, labels: torch.Tensor, blank: i
 
 
 class RNNT(nn.Module):
+    """caiman-asr's RNN-T shape: frontend frame stacking, pre-LSTM, time stacking, post-LSTM;
+    an embedding + LSTM prediction network; an additive joint. The CPU default has no pre-LSTM
+    (enc_pre_layers=0, enc_stack_time=1): one encoder LSTM after the frontend stacking."""
+
     def __init__(self, cfg) -> None:
         super().__init__()
-        self.subsample = int(cfg.subsample)
-        self.encoder = nn.LSTM(cfg.feat_dim * cfg.subsample, cfg.enc_hidden, num_layers=cfg.enc_layers, batch_first=True)
+        self.subsample, self.stack_time = int(cfg.subsample), int(cfg.enc_stack_time)
+        frontend = cfg.feat_dim * cfg.subsample
+        self.encoder_pre = (
+            nn.LSTM(frontend, cfg.enc_hidden, num_layers=cfg.enc_pre_layers, batch_first=True) if cfg.enc_pre_layers > 0 else None
+        )
+        post_in = (cfg.enc_hidden if self.encoder_pre is not None else frontend) * self.stack_time
+        self.encoder = nn.LSTM(post_in, cfg.enc_hidden, num_layers=cfg.enc_layers, batch_first=True)
         self.embed = nn.Embedding(cfg.vocab, cfg.pred_hidden)
-        self.pred_rnn = nn.LSTM(cfg.pred_hidden, cfg.pred_hidden, batch_first=True)
+        self.pred_rnn = nn.LSTM(cfg.pred_hidden, cfg.pred_hidden, num_layers=cfg.pred_layers, batch_first=True)
         self.joint_enc = nn.Linear(cfg.enc_hidden, cfg.joint_hidden)
         self.joint_pred = nn.Linear(cfg.pred_hidden, cfg.joint_hidden)
         self.joint_out = nn.Linear(cfg.joint_hidden, cfg.vocab)
 
+    @staticmethod
+    def _stack(x: torch.Tensor, factor: int) -> torch.Tensor:
+        B, T, F = x.shape
+        T = T - T % factor  # stacking drops the ragged tail
+        return x[:, :T].reshape(B, T // factor, F * factor)
+
     def encoder_forward(self, feats: torch.Tensor) -> torch.Tensor:
-        B, T, F = feats.shape
-        T = T - T % self.subsample  # time stacking drops the ragged tail
-        stacked = feats[:, :T].reshape(B, T // self.subsample, F * self.subsample)
-        return self.encoder(stacked)[0]
+        x = self._stack(feats, self.subsample)
+        if self.encoder_pre is not None:
+            x = self.encoder_pre(x)[0]
+        if self.stack_time > 1:
+            x = self._stack(x, self.stack_time)
+        return self.encoder(x)[0]
 
     def prediction_forward(self, labels: torch.Tensor) -> torch.Tensor:
         blank_prefixed = torch.cat([labels.new_full((labels.shape[0], 1), BLANK), labels], dim=1)
@@ -170,25 +219,62 @@ class RNNT(nn.Module):
 
 
 class SyntheticData:
-    """Fixed-length utterances, resident on the device: features randn, labels in 1..V-1.
+    """Synthetic utterances resident on the device: features randn, labels in 1..V-1.
 
-    A bank of `size` utterances is made once from the seed; sample g of the
-    global batch at step k is row (k * global_batch + g) mod size. So every
-    pair trains on the same global batch however it cuts it into ranks,
-    micro-batches and chunks, and making a micro-batch is one gather on the
-    device, not host-side generation inside the timed step.
+    A bank of `size` utterances at the longest length is made once from the
+    seed; sample g of the global batch at step k is row (k * global_batch + g)
+    mod size, cut to the length data.step_lengths gives it (the same for every
+    way of cutting the global batch). So every pair trains on the same global
+    batch however it cuts it into ranks, micro-batches and chunks, and making a
+    micro-batch is one gather on the device, not host-side generation inside
+    the timed step. A batch is padded to its longest utterance.
     """
 
     def __init__(self, cfg, seed: int, device: torch.device, size: int = 64) -> None:
+        self.spec = length_spec(cfg)
+        self.seed = seed
+        self.subsample, self.stack_time = int(cfg.subsample), int(cfg.enc_stack_time)
         gen = torch.Generator().manual_seed(seed)
-        self.feats = torch.randn(size, cfg.frames, cfg.feat_dim, generator=gen).to(device)
-        self.labels = torch.randint(1, cfg.vocab, (size, cfg.label_len), generator=gen).to(device)
+        self.feats = torch.randn(size, self.spec.max_frames, cfg.feat_dim, generator=gen).to(device)
+        self.labels = torch.randint(1, cfg.vocab, (size, self.spec.max_tokens), generator=gen).to(device)
+
+    def lengths(self, step_index: int, first_sample: int, count: int, global_batch: int) -> tuple[list[int], list[int]]:
+        """(input frames, tokens) of samples first_sample .. first_sample+count-1 of step `step_index`."""
+        chosen = step_lengths(self.spec, self.seed, step_index, global_batch)[first_sample : first_sample + count]
+        return [f for f, _ in chosen], [u for _, u in chosen]
 
     def batch(self, step_index: int, first_sample: int, count: int, global_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Samples first_sample .. first_sample+count-1 of the global batch of step `step_index`."""
+        """Samples first_sample .. first_sample+count-1 of the global batch of step `step_index`, padded."""
+        feats, labels, _, _ = self.padded_batch(step_index, first_sample, count, global_batch)
+        return feats, labels
+
+    def padded_batch(self, step_index: int, first_sample: int, count: int, global_batch: int):
+        """(feats, labels, encoder frame lengths, label lengths); lengths are None when all are full."""
+        frames, tokens = self.lengths(step_index, first_sample, count, global_batch)
         start = step_index * global_batch + first_sample
         rows = torch.arange(start, start + count, device=self.feats.device) % self.feats.shape[0]
-        return self.feats[rows], self.labels[rows]
+        F, U = max(frames), max(tokens)
+        if self.spec.mode == "fixed":
+            return self.feats[rows], self.labels[rows], None, None
+        feats = self.feats[rows, :F]
+        valid = torch.arange(F, device=feats.device)[None, :] < torch.tensor(frames, device=feats.device)[:, None]
+        feats = feats * valid[:, :, None]  # zeros after each utterance's end, as a real loader pads
+        enc_lens = torch.tensor([encoder_frames(f, self.subsample, self.stack_time) for f in frames])
+        return feats, self.labels[rows, :U], enc_lens, torch.tensor(tokens)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> Optional[torch.dtype]:
+    """The autocast dtype for workload.precision on this device; None for fp32."""
+    device = torch.device(device)
+    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+        return None
+    if precision in ("auto", "fp16"):
+        return torch.float16
+    if precision == "bf16":
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ValueError(f"workload.precision=bf16 is not supported by {torch.cuda.get_device_name(device)}: use fp16 or fp32")
+        return torch.bfloat16
+    raise ValueError(f"workload.precision={precision!r} is not valid: expected fp32, auto, fp16 or bf16")
 
 
 # ---------------------------------------------------------------- workload
@@ -222,6 +308,9 @@ class RNNTWorkload:
             self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.0)
         else:
             raise ValueError(f"workload.optimizer={cfg.optimizer!r} is not valid: expected 'adam' or 'sgd'")
+        self.amp_dtype = autocast_dtype(cfg.precision, self.device)
+        # fp16 gradients underflow without loss scaling (the recipe's GradScaler); bf16 and fp32 need none.
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.amp_dtype == torch.float16 else None
         self._phase: Optional[str] = None
         # Called with the new phase on every change; memory tests hang peak resets on it.
         self.on_phase: Optional[Callable[[Optional[str]], None]] = None
@@ -249,10 +338,19 @@ class RNNTWorkload:
     def predict(self, labels: torch.Tensor) -> torch.Tensor:
         return self.model.prediction_forward(labels)
 
-    def joint_and_loss(self, enc: torch.Tensor, pred: torch.Tensor, labels: torch.Tensor, scale: float) -> torch.Tensor:
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def joint_and_loss(
+        self, enc: torch.Tensor, pred: torch.Tensor, labels: torch.Tensor, scale: float, frame_lens=None, label_lens=None
+    ) -> torch.Tensor:
         """Joint + loss forward and backward for one chunk; returns the chunk's (scaled) loss, detached."""
-        loss = rnnt_loss(self.model.joint_forward(enc, pred), labels).sum() * scale
-        loss.backward()
+        with self._autocast():
+            log_probs = self.model.joint_forward(enc, pred)
+        loss = rnnt_loss(log_probs.float(), labels, frame_lens=frame_lens, label_lens=label_lens).sum() * scale
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         return loss.detach()
 
     def backward_encoder(self, enc: torch.Tensor, pred: torch.Tensor, enc_grad: torch.Tensor, pred_grad: torch.Tensor) -> None:
@@ -263,16 +361,21 @@ class RNNTWorkload:
             for p in self.model.parameters():
                 if p.grad is not None:
                     dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # in place: nothing new to allocate
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # unscales; skips the step on inf/nan, as the recipe does
+            self.scaler.update()
+        else:
+            self.optimizer.step()
 
     def micro_batch(self, per_device_batch: int, accum: int, split: int, step_index: int, micro_index: int) -> torch.Tensor:
         """Forward and backward of one micro-batch, gradients added to .grad; returns its loss."""
         global_batch = per_device_batch * accum * self.world_size
         first = (self.rank * accum + micro_index) * per_device_batch  # each rank takes a contiguous share
-        feats, labels = self.data.batch(step_index, first, per_device_batch, global_batch)
+        feats, labels, frame_lens, label_lens = self.data.padded_batch(step_index, first, per_device_batch, global_batch)
         scale = 1.0 / global_batch
         self.phase = PHASE_ENCODER
-        enc, pred = self.encode(feats), self.predict(labels)
+        with self._autocast():
+            enc, pred = self.encode(feats), self.predict(labels)
         # Cut here: each joint chunk's backward stops at these leaves and adds into their .grad.
         enc_cut, pred_cut = enc.detach().requires_grad_(), pred.detach().requires_grad_()
         self.phase = PHASE_JOINT
@@ -280,7 +383,14 @@ class RNNTWorkload:
         loss = torch.zeros((), device=self.device)
         for c in range(split):
             chunk = slice(c * joint_batch, (c + 1) * joint_batch)
-            loss += self.joint_and_loss(enc_cut[chunk], pred_cut[chunk], labels[chunk], scale)
+            if frame_lens is None:
+                loss += self.joint_and_loss(enc_cut[chunk], pred_cut[chunk], labels[chunk], scale)
+                continue
+            # A chunk is padded to its own longest utterance, not the micro-batch's.
+            T, U = int(frame_lens[chunk].max()), int(label_lens[chunk].max())
+            loss += self.joint_and_loss(
+                enc_cut[chunk, :T], pred_cut[chunk, : U + 1], labels[chunk, :U], scale, frame_lens[chunk], label_lens[chunk]
+            )
         self.phase = PHASE_ENCODER
         self.backward_encoder(enc, pred, enc_cut.grad, pred_cut.grad)
         return loss
