@@ -33,4 +33,5 @@ def test_a_users_own_sweeps_folder_is_searched_first(tmp_path):
     own = run(["+sweep=rnnt_base", "dry_run=true"], tmp_path)
     assert "global_batch_size=64" in own.stdout.splitlines()[0]
     unknown = run(["+sweep=nope", "dry_run=true"], tmp_path)
-    assert unknown.returncode == 2 and "mine" in unknown.stderr and "rnnt_large" in unknown.stderr
+    assert unknown.returncode == 2, unknown.stderr
+    assert "mine" in unknown.stderr and "rnnt_large" in unknown.stderr
