@@ -61,13 +61,25 @@ def expand_resume(argv: list[str]) -> list[str]:
 
 
 def main() -> int:
+    debug = bool(os.environ.get("SWEEP_DEBUG")) or bool(os.environ.get("HYDRA_FULL_ERROR"))
+    # Hydra re-raises instead of printing its own multi-line report; we print one line below.
+    # Set for this call only: an in-process caller (a test, a notebook) keeps its own setting.
+    previous_full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        return _main(debug)
+    finally:
+        if previous_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous_full_error
+
+
+def _main(debug: bool) -> int:
     import hydra
 
     from sweep.cli.config import register_configs
 
-    debug = bool(os.environ.get("SWEEP_DEBUG")) or bool(os.environ.get("HYDRA_FULL_ERROR"))
-    # Hydra re-raises instead of printing its own multi-line report; we print one line below.
-    os.environ["HYDRA_FULL_ERROR"] = "1"
     register_configs()
     from sweep.orchestration import orchestrator
 
