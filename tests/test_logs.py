@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,11 +73,14 @@ def test_checker_skip_first_and_tokens(tmp_path: Path) -> None:
     assert float(summary.split()[1].replace(",", "")) == pytest.approx(expected_samples_per_s() * 1024, rel=0.011)
 
 
-def test_checker_single_figure_interval_is_unknown(tmp_path: Path) -> None:
+def test_checker_single_figure_interval_is_the_noise_floor_not_x_x(tmp_path: Path) -> None:
     log = fake_log(tmp_path, "samples", steps=2)
     code, out, _ = check(str(log), "--parser", "timm")
     assert code == 0
-    assert "95% interval unknown (one figure only: its interval is unknown)" in out
+    summary = next(ln for ln in out.splitlines() if ln.startswith("throughput: "))
+    value, low, high = (float(x.replace(",", "")) for x in re.findall(r"[\d,]+\.\d", summary)[:3])
+    assert low < value < high and high / value == pytest.approx(value / low, rel=1e-2)
+    assert "(one figure only: interval widened by the +-10% noise floor, not measured)" in summary
 
 
 @pytest.mark.parametrize(
