@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from sweep_run import run_sweep
 
 TRAINER = Path(__file__).with_name("fake_trainer.py")

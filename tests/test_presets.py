@@ -12,6 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sweep.core.confidence import DEFAULT_SE
 from sweep.parsers import (
     PRESETS,
     BatchContext,
@@ -23,7 +24,6 @@ from sweep.parsers import (
     parser_settings,
     summarize,
 )
-from sweep.core.confidence import DEFAULT_SE
 from sweep.parsers.throughput import IGNORED, MEASURED, NOISE_FLOOR_FACTOR, WARMUP, interval
 
 ROOT = Path(__file__).resolve().parents[1]
