@@ -100,3 +100,52 @@ def test_validation_between_training_lines_does_not_move_the_median(kind: str) -
     assert s.measured + s.warmup == len(found) and s.warmup == PRESETS[kind].skip_first
     expected = {"nanogpt": 640.0, "timm": 640.0, "torchtitan": 2000.0}[kind]
     assert s.value == pytest.approx(expected) and not any(f.role == IGNORED for f in s.figures)
+
+
+# --- the recommendation in each framework's flags, from its shipped sweep/conf/sweep/<preset>.yaml ---------
+
+SHIPPED_FLAGS = {
+    "nanogpt": "--batch_size=16 --gradient_accumulation_steps=2",
+    "megatron": "--micro-batch-size=16 --global-batch-size=256",
+    "hf": "--per_device_train_batch_size=16 --gradient_accumulation_steps=2",
+    "torchtitan": "--training.local_batch_size=16 --training.global_batch_size=256",
+    "lightning": "data.micro_batch_size=16 trainer.accumulate_grad_batches=2",
+    "deepspeed": '"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2',  # its JSON config, written by a shell line
+    "fairseq": "--batch-size=16 --update-freq=2",
+    "timm": "--batch-size=16 --grad-accum-steps=2",
+    "nanochat": "--device-batch-size=16",  # --total-batch-size counts tokens and stays as the user set it
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_FLAGS))
+def test_shipped_sweeps_recommend_in_the_frameworks_flags(name: str) -> None:
+    import yaml
+    from test_presets import ROOT
+
+    from sweep.core.ranking import SweepMeta, recommended_flags
+    from sweep.core.schema import TrialResult
+    from sweep.parsers.presets import flags_template
+
+    cfg = yaml.safe_load((ROOT / "src" / "sweep" / "conf" / "sweep" / f"{name}.yaml").read_text())
+    meta = SweepMeta("s", "m", "command", 256, 8, parser=name, splits_apply=False,
+                     flags_template=flags_template(name, cfg["workload"]["argv"]))
+    best = TrialResult(accum=2, split=1, per_device_batch=16, joint_batch=16, global_batch_size=256, num_devices=8, status="ok")
+    assert recommended_flags(meta, best) == SHIPPED_FLAGS[name]
+
+
+@pytest.mark.parametrize(
+    "parser,argv,expected",
+    [
+        ("myrtle", ["python", "train.py", "--grad_accumulation_batches={accum}"], ""),  # Myrtle's own flags (cli_flags)
+        ("", [], ""),  # the built-in workload
+        ("regex", ["python", "t.py", "--mbs={per_device_batch}", "--nproc={num_devices}", "--steps=5"], "--mbs={per_device_batch}"),
+        ("jsonl", ["python", "t.py", "--out=log.jsonl"], ""),  # no batch flag and no preset: Myrtle's
+        ("hf", ["bash", "-c", "python t.py --x={accum}"], "--per_device_train_batch_size={per_device_batch} --gradient_accumulation_steps={accum}"),
+        ("nanogpt", ["python", "train.py"], "--batch_size={per_device_batch} --gradient_accumulation_steps={accum_x_devices}"),
+        ("lightning", ["python", "t.py", "+trainer.accumulate_grad_batches={accum}"], "+trainer.accumulate_grad_batches={accum}"),
+    ],
+)
+def test_flags_template(parser: str, argv: list[str], expected: str) -> None:
+    from sweep.parsers.presets import flags_template
+
+    assert flags_template(parser, argv) == expected

@@ -71,6 +71,11 @@ def heatmap(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Pa
 
     A 1-D sweep (one_d; None: when only split=1 ran) draws one column with no split axis.
     """
+    return _save(heatmap_figure(df, one_d), path)
+
+
+def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None) -> Figure:
+    """The heatmap's figure, unsaved."""
     one_d = _one_d(df, one_d)
     unit = _unit(df)
     if df.empty:
@@ -134,7 +139,7 @@ def heatmap(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Pa
     if legend:
         ax.legend(handles=list(legend.values()), loc="upper center", bbox_to_anchor=(0.5, -0.14),
                   ncol=min(len(legend), 4), fontsize=8, frameon=False)
-    return _save(fig, path)
+    return fig
 
 
 def scaling(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Path:
@@ -144,6 +149,11 @@ def scaling(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Pa
     near-linear throughput the device is under-used; where the lines bend away
     from the reference, more per-device batch stops paying.
     """
+    return _save(scaling_figure(df, one_d), path)
+
+
+def scaling_figure(df: pd.DataFrame, one_d: bool | None = None) -> Figure:
+    """The scaling plot's figure, unsaved."""
     if df.empty:
         raise ValueError("scaling plot of an empty sweep table")
     one_d = _one_d(df, one_d)
@@ -157,7 +167,7 @@ def scaling(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Pa
     ax.set_ylabel(f"throughput ({unit})")
     if ok.empty:
         ax.text(0.5, 0.5, "no trial has run ok yet", ha="center", va="center", transform=ax.transAxes)
-        return _save(fig, path)
+        return fig
 
     for split, group in ok.groupby("split"):
         group = group.sort_values("per_device_batch")
@@ -181,7 +191,7 @@ def scaling(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Pa
     ax.set_ylim(0, top * 1.25)  # the ideal line leaves the plot rather than squashing the measured ones
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
 def _save(fig: Figure, path: str | Path) -> Path:
