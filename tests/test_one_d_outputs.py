@@ -77,3 +77,12 @@ def test_plots_default_to_samples_per_s_without_a_unit_column(tmp_path) -> None:
     assert plots.scaling_figure(table(1, unit=None)).axes[0].get_ylabel() == "throughput (samples/s)"
     path = plots.heatmap(table(1), tmp_path / "h.png", one_d=True)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_1d_line_when_the_leader_is_the_baseline() -> None:
+    res = results()
+    res["accum1_split1"].throughput = 2000.0
+    rec = recommendation(meta(splits_apply=False, flags_template=NANOGPT, parser="nanogpt"), res, 90)
+    assert recommendation_line(rec) == (
+        "recommended --batch_size=64 --gradient_accumulation_steps=1 (accum=1): the least accumulation that ran ok is the fastest, "
+        "confidence 90/100")

@@ -211,7 +211,10 @@ def recommendation_line(rec: Mapping[str, Any] | None) -> str:
     speed = f"{rec['speedup']:.2f}x the split=1 baseline" if rec.get("speedup") else "no split=1 baseline ran ok"
     conf = f", confidence {rec['confidence']}/100" if rec.get("confidence") is not None else ""
     if rec.get("splits_apply") is False:  # 1-D: no split to name; the framework's own flags say it all
-        base = rec.get("baseline") or {}
-        speed = f"{rec['speedup']:.2f}x the accum={base.get('accum')} baseline" if rec.get("speedup") else "no baseline ran ok"
+        base = (rec.get("baseline") or {}).get("accum")
+        if base == rec["accum"]:
+            speed = "the least accumulation that ran ok is the fastest"
+        else:
+            speed = f"{rec['speedup']:.2f}x the accum={base} baseline" if rec.get("speedup") else "no baseline ran ok"
         return f"recommended {rec['flags']} (accum={rec['accum']}): {speed}{conf}"
     return f"recommended accum={rec['accum']} split={rec['split']}: {speed}{conf}"
