@@ -29,9 +29,17 @@ def fake_log(tmp_path: Path, kind: str, **kw: int) -> Path:
     return path
 
 
-def check(*argv: str) -> tuple[int, str, str]:
+def check(*argv: str, cwd: Path | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err)
+    if cwd is None:
+        code = main(list(argv), out=out, err=err)
+    else:  # the log named as the README names it, relative to where the command runs
+        here = os.getcwd()
+        os.chdir(cwd)
+        try:
+            code = main(list(argv), out=out, err=err)
+        finally:
+            os.chdir(here)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -119,17 +127,40 @@ def test_checker_as_a_command(tmp_path: Path) -> None:
     assert bad.stderr == f"sweep.logs: no figures the nanogpt parser recognises in {log}\n"
 
 
-def test_readme_checker_example_is_real_output(tmp_path: Path) -> None:
-    """The README's example is this command's output on fake_trainer's nanoGPT-format log."""
+# The README's checker examples on logs fake_trainer prints: log name -> (kind, steps). nanogpt_cpu.log is
+# a real nanoGPT run's log, not kept in the repository.
+README_LOGS = {"train.log": ("step_time", 10), "torchtitan.log": ("tokens", 6), "timm.log": ("samples", 6)}
+
+
+def readme_checker_runs() -> list[tuple[str, str]]:
+    """(command, what it printed) for each `$ python -m sweep.logs` in the README's framework section."""
     readme = (HERE.parent / "README.md").read_text()
     section = readme.split("## Sweeping any training framework", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```\n$ ", 1)[1].split("```", 1)[0]
-    command, shown = block.split("\n", 1)
-    log = fake_log(tmp_path, "step_time", steps=10)
-    args = command.split()[3:]  # after "python -m sweep.logs"
-    assert args[0] == "train.log"
-    code, out, _ = check(str(log), *args[1:])
-    assert code == 0 and out == shown
+    runs: list[tuple[str, str]] = []
+    for block in section.split("```\n")[1::2]:
+        if not block.startswith("$ python -m sweep.logs "):
+            continue
+        for part in block.split("$ ")[1:]:
+            command, _, shown = part.partition("\n")
+            runs.append((command, shown))
+    return runs
+
+
+def test_readme_checker_examples_are_real_output(tmp_path: Path) -> None:
+    """Every README example on a fake_trainer log is this command's output (stdout, or its one error line)."""
+    runs = readme_checker_runs()
+    assert {c.split()[3] for c, _ in runs} == {*README_LOGS, "nanogpt_cpu.log"}
+    checked = 0
+    for command, shown in runs:
+        args = command.split()[3:]  # after "python -m sweep.logs"
+        if args[0] not in README_LOGS:
+            continue
+        kind, steps = README_LOGS[args[0]]
+        log = fake_log(tmp_path, kind, steps=steps).rename(tmp_path / args[0])
+        code, out, err = check(args[0], *args[1:], cwd=tmp_path)
+        assert (out if code == 0 else err) == shown, command
+        checked += 1
+    assert checked == 5 and log.exists()
 
 
 def test_readme_preset_table_lists_every_preset_and_its_flags() -> None:
