@@ -347,7 +347,7 @@ def test_settings_errors_are_one_line(spec: dict, message: str) -> None:
         ("deepspeed", '"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2'),
         ("fairseq", "--batch-size=16 --update-freq=2"),
         ("timm", "--batch-size=16 --grad-accum-steps=2"),
-        ("nanochat", "--device-batch-size=16 --total-batch-size=256"),
+        ("nanochat", "--device-batch-size=16"),  # --total-batch-size counts tokens: left as the user set it
         ("myrtle", "--grad_accumulation_batches=2"),
     ],
 )

@@ -55,6 +55,7 @@ class Preset:
     flag_style: str = "--{flag}={value}"  # how a flag and its value are written on the command line
     warmup_reason: str = ""  # why the first figures are skipped
     accum_flag_is_total: bool = False  # the accumulation flag counts micro-batches over all devices (nanoGPT)
+    global_batch_in_tokens: bool = False  # the global batch flag counts tokens (nanochat): left as the user set it
 
     @property
     def unit(self) -> str:
@@ -68,7 +69,7 @@ class Preset:
             parts.append(self._flag(self.micro_batch_flag, "{per_device_batch}"))
         if self.accum_flag:
             parts.append(self._flag(self.accum_flag, "{accum_x_devices}" if self.accum_flag_is_total else "{accum}"))
-        elif self.global_batch_flag:
+        elif self.global_batch_flag and not self.global_batch_in_tokens:
             parts.append(self._flag(self.global_batch_flag, "{global_batch_size}"))
         return (", " if self.flag_style.startswith('"') else " ").join(parts)
 
@@ -140,7 +141,7 @@ _PRESETS = (
     ),
     Preset(
         "nanochat", "nanochat", "karpathy/nanochat scripts/base_train.py", "tok/sec", (TOKENS_PER_S,), False, 10,
-        "device-batch-size", None, "total-batch-size",
+        "device-batch-size", None, "total-batch-size", global_batch_in_tokens=True,
         warmup_reason="nanochat itself leaves the first 10 steps out of its training time (compilation)",
     ),
 )

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Iterator, Protocol
 
 from sweep.parsers.lines import Measurement, first_break
 
@@ -61,7 +60,7 @@ class LogTail:
         self._identity = None
         self.offset = 0
 
-    def __enter__(self) -> LogTail:
+    def __enter__(self) -> "LogTail":
         return self
 
     def __exit__(self, *exc: object) -> None:

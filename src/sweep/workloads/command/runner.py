@@ -16,9 +16,8 @@ import socket
 import string
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
 from sweep.core.spec import TrialSpec
