@@ -127,9 +127,10 @@ def test_checker_as_a_command(tmp_path: Path) -> None:
     assert bad.stderr == f"sweep.logs: no figures the nanogpt parser recognises in {log}\n"
 
 
-# The README's checker examples on logs fake_trainer prints: log name -> (kind, steps). nanogpt_cpu.log is
-# a real nanoGPT run's log, not kept in the repository.
+# The README's checker examples on logs fake_trainer prints: log name -> (kind, steps); and on a real log:
+# tests/golden/logs/nanogpt_cpu.log is karpathy/nanoGPT train.py (commit 3adf61e) as printed, 2 layers on CPU.
 README_LOGS = {"train.log": ("step_time", 10), "torchtitan.log": ("tokens", 6), "timm.log": ("samples", 6)}
+REAL_LOGS = {"nanogpt_cpu.log": HERE / "golden" / "logs" / "nanogpt_cpu.log"}
 
 
 def readme_checker_runs() -> list[tuple[str, str]]:
@@ -149,18 +150,29 @@ def readme_checker_runs() -> list[tuple[str, str]]:
 def test_readme_checker_examples_are_real_output(tmp_path: Path) -> None:
     """Every README example on a fake_trainer log is this command's output (stdout, or its one error line)."""
     runs = readme_checker_runs()
-    assert {c.split()[3] for c, _ in runs} == {*README_LOGS, "nanogpt_cpu.log"}
-    checked = 0
+    assert {c.split()[3] for c, _ in runs} == {*README_LOGS, *REAL_LOGS}
     for command, shown in runs:
         args = command.split()[3:]  # after "python -m sweep.logs"
-        if args[0] not in README_LOGS:
-            continue
-        kind, steps = README_LOGS[args[0]]
-        log = fake_log(tmp_path, kind, steps=steps).rename(tmp_path / args[0])
+        if args[0] in REAL_LOGS:
+            (tmp_path / args[0]).write_bytes(REAL_LOGS[args[0]].read_bytes())
+        else:
+            kind, steps = README_LOGS[args[0]]
+            fake_log(tmp_path, kind, steps=steps).rename(tmp_path / args[0])
         code, out, err = check(args[0], *args[1:], cwd=tmp_path)
         assert (out if code == 0 else err) == shown, command
-        checked += 1
-    assert checked == 5 and log.exists()
+    assert len(runs) == 6
+
+
+def test_a_real_nanogpt_log() -> None:
+    """nanoGPT's own output: its config echo and `step 0:` evaluation are not read; 21 iters, 5 of them warm-up."""
+    from sweep.parsers import parser_settings, scan_file
+
+    settings = parser_settings({"type": "nanogpt"})
+    found = scan_file(REAL_LOGS["nanogpt_cpu.log"], settings.make_parser())
+    assert [m.step for m in found] == list(range(21)) and {m.unit for m in found} == {"ms/step"}
+    s = settings.summarize(found, global_batch_size=64)
+    assert (s.warmup, s.measured, s.unit) == (5, 16, "samples/s")
+    assert s.low < s.value < s.high and s.interval_note == ""
 
 
 def test_readme_preset_table_lists_every_preset_and_its_flags() -> None:
