@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import shlex
 import string
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 from sweep.core.ranking import cli_flags
 
