@@ -76,15 +76,24 @@ def timm(args):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--kind", choices=("step_time", "tokens", "samples"), required=True)
-    p.add_argument("--accum", type=int, required=True)
-    p.add_argument("--per_device_batch", type=int, required=True)
-    p.add_argument("--global_batch_size", type=int, required=True)
+    # The frameworks' own flag names too, so a sweep's recommendation shows them (nanoGPT, torchtitan, timm).
+    p.add_argument("--accum", "--gradient_accumulation_steps", "--grad-accum-steps", type=int, default=None,
+                   help="default: global batch / (micro-batch x devices), as torchtitan derives it")
+    p.add_argument("--per_device_batch", "--batch_size", "--training.local_batch_size", "--batch-size", type=int, required=True)
+    p.add_argument("--global_batch_size", "--training.global_batch_size", type=int, default=None,
+                   help="default: micro-batch x accum x devices (nanoGPT and timm take no global batch)")
     p.add_argument("--num_devices", type=int, default=1)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--seq_len", type=int, default=1024)
     p.add_argument("--oom_above", type=int, default=0, help="micro-batches above this OOM; 0: never")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds between log lines")
     args = p.parse_args()
+    if args.accum is None and args.global_batch_size is None:
+        p.error("give --accum or --global_batch_size")
+    if args.accum is None:
+        args.accum = max(1, args.global_batch_size // (args.per_device_batch * args.num_devices))
+    if args.global_batch_size is None:
+        args.global_batch_size = args.per_device_batch * args.accum * args.num_devices
     if args.oom_above and args.per_device_batch > args.oom_above:
         raise RuntimeError(
             f"CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity) micro-batch={args.per_device_batch}"

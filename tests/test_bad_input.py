@@ -112,6 +112,12 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     # -- the command workload: parser, template, executable
     ("unknown_parser", cmd("workload.parser.type=csv"), ["parser.type='csv'", "jsonl, myrtle, regex"]),
     ("parser_missing_pattern", cmd("workload.parser.type=regex"), ["parser.type='regex'", "needs pattern"]),
+    ("parser_tokens_per_sample_zero", cmd("workload.parser.type=nanogpt", "+workload.parser.tokens_per_sample=0"),
+     ["parser.tokens_per_sample=0", "positive number"]),
+    ("parser_skip_first_negative", cmd("workload.parser.type=timm", "+workload.parser.skip_first=-1"),
+     ["parser.skip_first=-1", "whole number >= 0"]),
+    ("parser_throughput_unit", cmd("workload.parser.type=torchtitan", "+workload.parser.throughput_unit=it/s"),
+     ["parser.throughput_unit='it/s'", "samples/s, tokens/s"]),
     ("unknown_placeholder", cmd(command=argv("python", "--x={nope}")), ["{nope}", "valid placeholders are {accum}"]),
     ("placeholder_format_spec", cmd(command=argv("python", "--x={accum:>5}")), ["{accum:>5}", "valid placeholders are"]),
     ("placeholder_conversion", cmd(command=argv("python", "--x={accum!r}")), ["{accum!r}", "valid placeholders are"]),

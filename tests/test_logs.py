@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +29,17 @@ def fake_log(tmp_path: Path, kind: str, **kw: int) -> Path:
     return path
 
 
-def check(*argv: str) -> tuple[int, str, str]:
+def check(*argv: str, cwd: Path | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err)
+    if cwd is None:
+        code = main(list(argv), out=out, err=err)
+    else:  # the log named as the README names it, relative to where the command runs
+        here = os.getcwd()
+        os.chdir(cwd)
+        try:
+            code = main(list(argv), out=out, err=err)
+        finally:
+            os.chdir(here)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -72,11 +81,14 @@ def test_checker_skip_first_and_tokens(tmp_path: Path) -> None:
     assert float(summary.split()[1].replace(",", "")) == pytest.approx(expected_samples_per_s() * 1024, rel=0.011)
 
 
-def test_checker_single_figure_interval_is_unknown(tmp_path: Path) -> None:
+def test_checker_single_figure_interval_is_the_noise_floor_not_x_x(tmp_path: Path) -> None:
     log = fake_log(tmp_path, "samples", steps=2)
     code, out, _ = check(str(log), "--parser", "timm")
     assert code == 0
-    assert "95% interval unknown (one figure only: its interval is unknown)" in out
+    summary = next(ln for ln in out.splitlines() if ln.startswith("throughput: "))
+    value, low, high = (float(x.replace(",", "")) for x in re.findall(r"[\d,]+\.\d", summary)[:3])
+    assert low < value < high and high / value == pytest.approx(value / low, rel=1e-2)
+    assert "(one figure only: interval widened by the +-10% noise floor, not measured)" in summary
 
 
 @pytest.mark.parametrize(
@@ -115,17 +127,52 @@ def test_checker_as_a_command(tmp_path: Path) -> None:
     assert bad.stderr == f"sweep.logs: no figures the nanogpt parser recognises in {log}\n"
 
 
-def test_readme_checker_example_is_real_output(tmp_path: Path) -> None:
-    """The README's example is this command's output on fake_trainer's nanoGPT-format log."""
+# The README's checker examples on logs fake_trainer prints: log name -> (kind, steps); and on a real log:
+# tests/golden/logs/nanogpt_cpu.log is karpathy/nanoGPT train.py (commit 3adf61e) as printed, 2 layers on CPU.
+README_LOGS = {"train.log": ("step_time", 10), "torchtitan.log": ("tokens", 6), "timm.log": ("samples", 6)}
+REAL_LOGS = {"nanogpt_cpu.log": HERE / "golden" / "logs" / "nanogpt_cpu.log"}
+
+
+def readme_checker_runs() -> list[tuple[str, str]]:
+    """(command, what it printed) for each `$ python -m sweep.logs` in the README's framework section."""
     readme = (HERE.parent / "README.md").read_text()
     section = readme.split("## Sweeping any training framework", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```\n$ ", 1)[1].split("```", 1)[0]
-    command, shown = block.split("\n", 1)
-    log = fake_log(tmp_path, "step_time", steps=10)
-    args = command.split()[3:]  # after "python -m sweep.logs"
-    assert args[0] == "train.log"
-    code, out, _ = check(str(log), *args[1:])
-    assert code == 0 and out == shown
+    runs: list[tuple[str, str]] = []
+    for block in section.split("```\n")[1::2]:
+        if not block.startswith("$ python -m sweep.logs "):
+            continue
+        for part in block.split("$ ")[1:]:
+            command, _, shown = part.partition("\n")
+            runs.append((command, shown))
+    return runs
+
+
+def test_readme_checker_examples_are_real_output(tmp_path: Path) -> None:
+    """Every README example on a fake_trainer log is this command's output (stdout, or its one error line)."""
+    runs = readme_checker_runs()
+    assert {c.split()[3] for c, _ in runs} == {*README_LOGS, *REAL_LOGS}
+    for command, shown in runs:
+        args = command.split()[3:]  # after "python -m sweep.logs"
+        if args[0] in REAL_LOGS:
+            (tmp_path / args[0]).write_bytes(REAL_LOGS[args[0]].read_bytes())
+        else:
+            kind, steps = README_LOGS[args[0]]
+            fake_log(tmp_path, kind, steps=steps).rename(tmp_path / args[0])
+        code, out, err = check(args[0], *args[1:], cwd=tmp_path)
+        assert (out if code == 0 else err) == shown, command
+    assert len(runs) == 6
+
+
+def test_a_real_nanogpt_log() -> None:
+    """nanoGPT's own output: its config echo and `step 0:` evaluation are not read; 21 iters, 5 of them warm-up."""
+    from sweep.parsers import parser_settings, scan_file
+
+    settings = parser_settings({"type": "nanogpt"})
+    found = scan_file(REAL_LOGS["nanogpt_cpu.log"], settings.make_parser())
+    assert [m.step for m in found] == list(range(21)) and {m.unit for m in found} == {"ms/step"}
+    s = settings.summarize(found, global_batch_size=64)
+    assert (s.warmup, s.measured, s.unit) == (5, 16, "samples/s")
+    assert s.low < s.value < s.high and s.interval_note == ""
 
 
 def test_readme_preset_table_lists_every_preset_and_its_flags() -> None:

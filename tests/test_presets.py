@@ -12,6 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sweep.core.confidence import DEFAULT_SE
 from sweep.parsers import (
     PRESETS,
     BatchContext,
@@ -23,7 +24,7 @@ from sweep.parsers import (
     parser_settings,
     summarize,
 )
-from sweep.parsers.throughput import IGNORED, MEASURED, WARMUP, interval
+from sweep.parsers.throughput import IGNORED, MEASURED, NOISE_FLOOR_FACTOR, WARMUP, interval
 
 ROOT = Path(__file__).resolve().parents[1]
 ESC = "\x1b"
@@ -251,11 +252,13 @@ def test_warmup_then_median_and_interval() -> None:
     assert s.interval_note == "" and s.after_warmup and s.unit == "samples/s" and s.warmup == 2
 
 
-def test_one_figure_has_an_unknown_interval_not_x_x() -> None:
+def test_one_figure_is_widened_by_the_noise_floor_not_x_x() -> None:
     s = summarize(steps([5000.0, 100.0]), BatchContext(global_batch_size=100), skip_first=1)
     assert s.value == pytest.approx(1000.0)
-    assert (s.low, s.high) == (None, None)
-    assert s.interval_note == "one figure only: its interval is unknown"
+    assert s.low == pytest.approx(1000.0 / NOISE_FLOOR_FACTOR) and s.high == pytest.approx(1000.0 * NOISE_FLOOR_FACTOR)
+    assert s.interval_note == "one figure only: interval widened by the +-10% noise floor, not measured"
+    # The confidence score reads the same standard error back from that interval as it gives a bare result.
+    assert (math.log(s.high) - math.log(s.low)) / (2 * 1.96) == pytest.approx(DEFAULT_SE)
 
 
 def test_few_figures_say_their_coverage() -> None:
@@ -292,16 +295,15 @@ def test_preferred_unit_and_fallback() -> None:
 def test_myrtle_epochs_as_the_runner_picks_them() -> None:
     ms = [Measurement(t, epoch=e, line=e) for e, t in ((1, 800.0), (2, 1400.0), (3, 1300.0))]
     s = parser_settings({"type": "myrtle"}).summarize(ms, global_batch_size=1024)
-    assert s.value == 1400.0 and (s.low, s.high) == (None, None) and "epoch 2 average" in s.note
+    assert s.value == 1400.0 and s.low < 1400.0 < s.high and "epoch 2 average" in s.note
 
 
 @given(values=st.lists(st.floats(0.5, 1e5), min_size=1, max_size=40), skip=st.integers(0, 5))
 def test_summary_is_inside_its_interval(values: list[float], skip: int) -> None:
     s = summarize(steps(values, unit="samples/s"), BatchContext(), skip_first=skip)
-    if s.low is None:
-        assert s.measured == 1
-    else:
-        assert s.low <= s.value <= s.high
+    assert s.low is not None and s.high is not None
+    assert s.low <= s.value <= s.high
+    assert (s.low < s.high) or s.measured > 1  # one figure is never "[x, x]"
     assert s.measured + s.warmup == len(values)
     assert math.isfinite(s.value)
 
@@ -345,7 +347,7 @@ def test_settings_errors_are_one_line(spec: dict, message: str) -> None:
         ("deepspeed", '"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2'),
         ("fairseq", "--batch-size=16 --update-freq=2"),
         ("timm", "--batch-size=16 --grad-accum-steps=2"),
-        ("nanochat", "--device-batch-size=16 --total-batch-size=256"),
+        ("nanochat", "--device-batch-size=16"),  # --total-batch-size counts tokens: left as the user set it
         ("myrtle", "--grad_accumulation_batches=2"),
     ],
 )

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import shlex
 import string
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from sweep.core.ranking import cli_flags
 
@@ -30,20 +31,27 @@ def _check(rec: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return rec
 
 
+def _one_d(rec: Mapping[str, Any]) -> bool:
+    """A 1-D sweep (micro-batch x accumulation): the framework has no split, so none is written."""
+    return rec.get("splits_apply") is False
+
+
 def flags(rec: Mapping[str, Any] | None) -> str:
-    """`--grad_accumulation_batches=N --batch_split_factor=M` for the Myrtle.ai training script."""
+    """The training command's own flags as the sweep wrote them (e.g. nanoGPT's `--batch_size=16
+    --gradient_accumulation_steps=2`); for the Myrtle.ai script `--grad_accumulation_batches=N --batch_split_factor=M`."""
     rec = _check(rec)
+    if rec.get("flags"):
+        return str(rec["flags"])
     return cli_flags(int(rec["accum"]), int(rec["split"]))
 
 
 def yaml_snippet(rec: Mapping[str, Any] | None) -> str:
     """Config keys to paste into a YAML training config (ints only, so no YAML library needed)."""
     rec = _check(rec)
-    return (
-        f"global_batch_size: {int(rec['global_batch_size'])}\n"
-        f"grad_accumulation_batches: {int(rec['accum'])}\n"
-        f"batch_split_factor: {int(rec['split'])}\n"
-    )
+    text = f"global_batch_size: {int(rec['global_batch_size'])}\ngrad_accumulation_batches: {int(rec['accum'])}\n"
+    if _one_d(rec):
+        return f"{text}per_device_batch_size: {int(rec['per_device_batch'])}\n"
+    return f"{text}batch_split_factor: {int(rec['split'])}\n"
 
 
 def nemo_overrides(rec: Mapping[str, Any] | None) -> str:

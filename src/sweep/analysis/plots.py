@@ -35,6 +35,22 @@ _OTHER_STYLE = {
 }
 
 
+def _one_d(df: pd.DataFrame, one_d: bool | None) -> bool:
+    """A 1-D sweep (a framework with no split): only split=1 was run, so no split axis is drawn."""
+    if one_d is not None:
+        return one_d
+    return "split" not in df or bool((df["split"].fillna(1).astype(int) == 1).all())
+
+
+def _unit(df: pd.DataFrame) -> str:
+    """What the throughput counts (samples/s or tokens/s): the table's throughput_unit, samples/s before issue 12."""
+    if "throughput_unit" in df:
+        units = df["throughput_unit"].dropna().unique()
+        if len(units) == 1:
+            return str(units[0])
+    return "samples/s"
+
+
 def _title(df: pd.DataFrame) -> str:
     first = df.iloc[0]
     return (
@@ -50,8 +66,18 @@ def _cell_style(row: pd.Series) -> tuple[str, str, str]:
     return _OTHER_STYLE.get(str(row["status"]), (str(row["status"]), "#ffffff", ""))
 
 
-def heatmap(df: pd.DataFrame, path: str | Path) -> Path:
-    """Throughput over accum (rows) x split (columns) for one sweep; non-ok cells labelled by why."""
+def heatmap(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Path:
+    """Throughput over accum (rows) x split (columns) for one sweep; non-ok cells labelled by why.
+
+    A 1-D sweep (one_d; None: when only split=1 ran) draws one column with no split axis.
+    """
+    return _save(heatmap_figure(df, one_d), path)
+
+
+def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None) -> Figure:
+    """The heatmap's figure, unsaved."""
+    one_d = _one_d(df, one_d)
+    unit = _unit(df)
     if df.empty:
         raise ValueError("heatmap of an empty sweep table")
     accums = sorted(int(a) for a in df["accum"].unique())
@@ -70,7 +96,7 @@ def heatmap(df: pd.DataFrame, path: str | Path) -> Path:
     if vmin == vmax:
         vmin, vmax = vmin * 0.95, vmax * 1.05 + 1e-9
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
-    fig.colorbar(image, ax=ax, label="throughput (samples/s)")
+    fig.colorbar(image, ax=ax, label=f"throughput ({unit})")
 
     legend: dict[str, Patch] = {}
     for _, row in df.iterrows():
@@ -96,41 +122,52 @@ def heatmap(df: pd.DataFrame, path: str | Path) -> Path:
         legend.setdefault(label, Patch(facecolor=face, hatch=hatch, edgecolor="#707070", label=label))
 
     per_device = df.groupby("accum")["per_device_batch"].max()
-    ax.set_xticks(range(len(splits)), [str(s) for s in splits])
+    ax.set_xticks(range(len(splits)), [""] * len(splits) if one_d else [str(s) for s in splits])
     ax.set_yticks(
         range(len(accums)),
         [f"{a}\n(per-dev {per_device[a]})" if pd.notna(per_device[a]) else str(a) for a in accums],
     )
-    ax.set_xlabel("batch_split_factor (split)")
-    ax.set_ylabel("grad_accumulation_batches (accum)")
+    if one_d:
+        ax.set_ylabel("gradient accumulation steps (accum)")
+        ax.tick_params(axis="x", length=0)
+    else:
+        ax.set_xlabel("batch_split_factor (split)")
+        ax.set_ylabel("grad_accumulation_batches (accum)")
     ax.set_xlim(-0.5, len(splits) - 0.5)
     ax.set_ylim(len(accums) - 0.5, -0.5)
     ax.set_title(_title(df), fontsize=10)
     if legend:
         ax.legend(handles=list(legend.values()), loc="upper center", bbox_to_anchor=(0.5, -0.14),
                   ncol=min(len(legend), 4), fontsize=8, frameon=False)
-    return _save(fig, path)
+    return fig
 
 
-def scaling(df: pd.DataFrame, path: str | Path) -> Path:
-    """Throughput versus per-device batch, one line per split, against ideal linear scaling.
+def scaling(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Path:
+    """Throughput versus per-device batch, one line per split (one line for a 1-D sweep), against ideal linear scaling.
 
     The tuning playbook's check: while a larger per-device batch still buys
     near-linear throughput the device is under-used; where the lines bend away
     from the reference, more per-device batch stops paying.
     """
+    return _save(scaling_figure(df, one_d), path)
+
+
+def scaling_figure(df: pd.DataFrame, one_d: bool | None = None) -> Figure:
+    """The scaling plot's figure, unsaved."""
     if df.empty:
         raise ValueError("scaling plot of an empty sweep table")
+    one_d = _one_d(df, one_d)
+    unit = _unit(df)
     ok = df[(df["status"] == "ok") & df["throughput_samples_per_s"].notna() & df["per_device_batch"].notna()]
     fig = Figure(figsize=(7.5, 5.0), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.set_title(_title(df), fontsize=10)
     ax.set_xlabel("per-device batch (samples, log2 scale)")
-    ax.set_ylabel("throughput (samples/s)")
+    ax.set_ylabel(f"throughput ({unit})")
     if ok.empty:
         ax.text(0.5, 0.5, "no trial has run ok yet", ha="center", va="center", transform=ax.transAxes)
-        return _save(fig, path)
+        return fig
 
     for split, group in ok.groupby("split"):
         group = group.sort_values("per_device_batch")
@@ -138,7 +175,7 @@ def scaling(df: pd.DataFrame, path: str | Path) -> Path:
         y = group["throughput_samples_per_s"].to_numpy()
         lo = (y - group["throughput_low_samples_per_s"].fillna(pd.Series(y, index=group.index))).clip(lower=0)
         hi = (group["throughput_high_samples_per_s"].fillna(pd.Series(y, index=group.index)) - y).clip(lower=0)
-        ax.errorbar(x, y, yerr=[lo.to_numpy(), hi.to_numpy()], marker="o", capsize=3, label=f"split={split}")
+        ax.errorbar(x, y, yerr=[lo.to_numpy(), hi.to_numpy()], marker="o", capsize=3, label="measured" if one_d else f"split={split}")
 
     # Ideal: throughput proportional to per-device batch, anchored at the best point at the smallest batch.
     b0 = float(ok["per_device_batch"].min())
@@ -154,7 +191,7 @@ def scaling(df: pd.DataFrame, path: str | Path) -> Path:
     ax.set_ylim(0, top * 1.25)  # the ideal line leaves the plot rather than squashing the measured ones
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
 def _save(fig: Figure, path: str | Path) -> Path:

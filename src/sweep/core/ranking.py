@@ -65,6 +65,11 @@ class SweepMeta:
     workload: str
     global_batch_size: int
     num_devices: int
+    # How throughput was read and what it counts (issue 12); the built-in workload: "" and samples/s.
+    parser: str = ""  # workload.parser.type: a framework preset (nanogpt, ...), myrtle, regex or jsonl
+    throughput_unit: str = "samples/s"  # samples/s or tokens/s, the same for every trial of the sweep
+    splits_apply: bool = True  # False: a 1-D sweep (micro-batch x accumulation), no split to recommend
+    flags_template: str = ""  # the recommendation in the workload's own flags, {placeholders}; "": Myrtle's
 
 
 def baseline_key(results: Mapping[str, TrialResult]) -> str | None:
@@ -183,8 +188,20 @@ def recommendation(
         "speedup": round(best.throughput / base_tp, 4) if base_tp and best.throughput else None,
         "baseline": {"accum": results[base].accum, "split": 1} if base else None,
         "confidence": confidence,
-        "flags": cli_flags(best.accum, best.split),
+        "flags": recommended_flags(meta, best),
+        "throughput_unit": meta.throughput_unit,
+        "splits_apply": meta.splits_apply,
     }
+
+
+def recommended_flags(meta: SweepMeta, best: TrialResult) -> str:
+    """The pair in the flags the user's training command takes (sweep.parsers.presets.flags_template)."""
+    if not meta.flags_template:
+        return cli_flags(best.accum, best.split)
+    return meta.flags_template.format(
+        accum=best.accum, split=best.split, per_device_batch=best.per_device_batch, joint_batch=best.joint_batch,
+        global_batch_size=meta.global_batch_size, num_devices=meta.num_devices, accum_x_devices=best.accum * meta.num_devices,
+    )
 
 
 def recommendation_line(rec: Mapping[str, Any] | None) -> str:
@@ -193,4 +210,11 @@ def recommendation_line(rec: Mapping[str, Any] | None) -> str:
         return "no recommendation yet: no trial has run ok"
     speed = f"{rec['speedup']:.2f}x the split=1 baseline" if rec.get("speedup") else "no split=1 baseline ran ok"
     conf = f", confidence {rec['confidence']}/100" if rec.get("confidence") is not None else ""
+    if rec.get("splits_apply") is False:  # 1-D: no split to name; the framework's own flags say it all
+        base = (rec.get("baseline") or {}).get("accum")
+        if base == rec["accum"]:
+            speed = "the least accumulation that ran ok is the fastest"
+        else:
+            speed = f"{rec['speedup']:.2f}x the accum={base} baseline" if rec.get("speedup") else "no baseline ran ok"
+        return f"recommended {rec['flags']} (accum={rec['accum']}): {speed}{conf}"
     return f"recommended accum={rec['accum']} split={rec['split']}: {speed}{conf}"

@@ -57,6 +57,21 @@ class SweepPlan:
         )
 
 
+def _throughput_meta(workload: Any, splits_apply: bool) -> dict[str, Any]:
+    """How trial logs are read, the unit every trial records, and how the recommendation is written."""
+    from sweep.parsers import parser_settings
+    from sweep.parsers.presets import flags_template
+    from sweep.parsers.throughput import SAMPLES_PER_S, BatchContext, output_unit
+
+    if not hasattr(workload, "parser"):  # the built-in workload times its own steps: samples/s
+        return {"splits_apply": splits_apply}
+    settings = parser_settings(_plain(workload.parser))  # validated already by the workload
+    figure = settings.prefer[0] if settings.prefer else settings.parser_spec.get("unit", SAMPLES_PER_S)
+    unit = output_unit(figure, BatchContext(tokens_per_sample=settings.tokens_per_sample), settings.throughput_unit)
+    argv = list(_plain(getattr(workload, "argv", None)) or [])
+    return {"parser": settings.type, "throughput_unit": unit, "splits_apply": splits_apply, "flags_template": flags_template(settings.type, argv)}
+
+
 def split_overrides(arguments: Sequence[str]) -> tuple[dict[str, list[Any]], list[str]]:
     """Separate the swept knobs (`accum=1,2,4`) from the fixed overrides.
 
@@ -145,6 +160,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         workload=str(workload_kind.name),
         global_batch_size=int(cfg.global_batch_size),
         num_devices=int(machine.num_devices),
+        **_throughput_meta(workload, workload_kind.splits_apply(workload)),
     )
     return SweepPlan(
         meta=meta,

@@ -8,7 +8,7 @@
     measurements += parser.close()
     chosen = select_measurement(measurements)   # second epoch, else the last figure
     summary = settings.summarize(measurements, global_batch_size=..., num_devices=..., accum=...)
-                                                # median + 95% interval (None: unknown) in samples/s or tokens/s
+                                                # median + 95% interval (one figure: the noise floor) in samples/s or tokens/s
     verdict = classify_failure(read_tail(log_path), exit_code)
 
 Pure code: no torch, no hydra.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from sweep.parsers.lines import LineParser, Measurement, to_float, to_int
 from sweep.parsers.presets import PRESET_PARSERS

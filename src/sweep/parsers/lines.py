@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 # A line longer than this is cut: a log with no newline for a gigabyte (a
 # binary dump, a progress bar drawn with backspaces) must not grow the buffer.

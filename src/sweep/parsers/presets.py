@@ -10,8 +10,10 @@ a 1-D sweep (`splits_apply: false`) can print a recommendation in the framework'
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sweep.parsers.frameworks import (
     DeepSpeedParser,
@@ -53,24 +55,32 @@ class Preset:
     flag_style: str = "--{flag}={value}"  # how a flag and its value are written on the command line
     warmup_reason: str = ""  # why the first figures are skipped
     accum_flag_is_total: bool = False  # the accumulation flag counts micro-batches over all devices (nanoGPT)
+    global_batch_in_tokens: bool = False  # the global batch flag counts tokens (nanochat): left as the user set it
 
     @property
     def unit(self) -> str:
         """The unit of the preferred figure."""
         return self.units[0]
 
-    def recommend(self, *, per_device_batch: int, accum: int, global_batch_size: int | None = None, num_devices: int = 1) -> str:
-        """The framework's own flags for a chosen candidate, e.g. `--batch_size=16 --gradient_accumulation_steps=2`."""
+    def flags_template(self) -> str:
+        """The framework's flags with {placeholders} (per_device_batch, accum, accum_x_devices, global_batch_size)."""
         parts = []
         if self.micro_batch_flag:
-            parts.append(self._flag(self.micro_batch_flag, per_device_batch))
+            parts.append(self._flag(self.micro_batch_flag, "{per_device_batch}"))
         if self.accum_flag:
-            parts.append(self._flag(self.accum_flag, accum * num_devices if self.accum_flag_is_total else accum))
-        elif self.global_batch_flag and global_batch_size is not None:
-            parts.append(self._flag(self.global_batch_flag, global_batch_size))
+            parts.append(self._flag(self.accum_flag, "{accum_x_devices}" if self.accum_flag_is_total else "{accum}"))
+        elif self.global_batch_flag and not self.global_batch_in_tokens:
+            parts.append(self._flag(self.global_batch_flag, "{global_batch_size}"))
         return (", " if self.flag_style.startswith('"') else " ").join(parts)
 
-    def _flag(self, flag: str, value: int) -> str:
+    def recommend(self, *, per_device_batch: int, accum: int, global_batch_size: int | None = None, num_devices: int = 1) -> str:
+        """The framework's own flags for a chosen candidate, e.g. `--batch_size=16 --gradient_accumulation_steps=2`."""
+        gbs = global_batch_size if global_batch_size is not None else per_device_batch * accum * num_devices
+        return self.flags_template().format(
+            per_device_batch=per_device_batch, accum=accum, accum_x_devices=accum * num_devices, global_batch_size=gbs
+        )
+
+    def _flag(self, flag: str, value: str) -> str:
         if flag.startswith("-") or "=" in flag:
             return f"{flag}={value}"
         return self.flag_style.format(flag=flag, value=value)
@@ -131,7 +141,7 @@ _PRESETS = (
     ),
     Preset(
         "nanochat", "nanochat", "karpathy/nanochat scripts/base_train.py", "tok/sec", (TOKENS_PER_S,), False, 10,
-        "device-batch-size", None, "total-batch-size",
+        "device-batch-size", None, "total-batch-size", global_batch_in_tokens=True,
         warmup_reason="nanochat itself leaves the first 10 steps out of its training time (compilation)",
     ),
 )
@@ -156,3 +166,23 @@ def get_preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"parser preset {name!r} is not known; valid presets: {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+# One token of a command's argv that sets a batch knob: `--batch_size={per_device_batch}`, `trainer.x={accum}`.
+_BATCH_FLAG = re.compile(r"^(?:-{1,2}[\w.-]+|[\w.+~/-]+)=[^\s{}]*\{(?:per_device_batch|accum|split|joint_batch|global_batch_size)\}[^\s]*$")
+
+
+def flags_template(parser_type: str, argv: Sequence[Any] = ()) -> str:
+    """How a recommendation is written for this workload, with {placeholders}; "" means Myrtle's own flags.
+
+    The batch flags of the command the trials ran (its argv tokens such as `--batch_size={per_device_batch}`),
+    since those are the flags the user's script takes; else the preset's flags (DeepSpeed's JSON config keys,
+    when the config is written by a shell line); "" for Myrtle (caiman-asr) and the built-in workload.
+    """
+    if parser_type in ("", "myrtle"):
+        return ""
+    found = [a for a in argv if isinstance(a, str) and _BATCH_FLAG.match(a)]
+    if found:
+        return " ".join(found)
+    preset = PRESETS.get(parser_type)
+    return preset.flags_template() if preset else ""

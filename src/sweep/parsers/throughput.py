@@ -8,7 +8,7 @@ distribution-free 95% interval (core/stats.py), whatever the unit.
 
     ctx = BatchContext(global_batch_size=256, num_devices=8, accum=4)
     summary = summarize(measurements, ctx, skip_first=5, prefer=("ms/step",))
-    summary.value, summary.low, summary.high, summary.unit   # low/high None: unknown
+    summary.value, summary.low, summary.high, summary.unit   # one figure: the noise floor, see interval()
     for f in summary.figures: f.role, f.throughput            # every figure, and what it counted as
 """
 
@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sweep.core.confidence import DEFAULT_SE
 from sweep.core.stats import median, median_interval_ranks
 from sweep.parsers.lines import Measurement
 
@@ -30,6 +31,13 @@ THROUGHPUT_UNITS = (SAMPLES_PER_S, TOKENS_PER_S)  # what a trial records (throug
 S_PER_STEP, MS_PER_STEP, STEPS_PER_S = "s/step", "ms/step", "steps/s"
 S_PER_BATCH, BATCHES_PER_S = "s/batch", "batches/s"
 FIGURE_UNITS = (SAMPLES_PER_S, TOKENS_PER_S, S_PER_STEP, MS_PER_STEP, STEPS_PER_S, S_PER_BATCH, BATCHES_PER_S)
+
+# One figure has no spread: its interval is the noise floor, +-10% (x / 1.103 to x * 1.103). It is
+# confidence.py's DEFAULT_SE (5% standard error in log throughput, a 95% half-width of 1.96 x 5%), larger
+# than the run-to-run spread measured in fresh processes on one H100 (0.3% at scale, 8% for a tiny model).
+NOISE_FLOOR_SE = DEFAULT_SE
+NOISE_FLOOR_FACTOR = math.exp(1.96 * NOISE_FLOOR_SE)
+ONE_FIGURE_NOTE = f"one figure only: interval widened by the +-{NOISE_FLOOR_FACTOR - 1:.0%} noise floor, not measured"
 
 # Roles of a figure in the summary.
 MEASURED, WARMUP, IGNORED = "measured", "warm-up", "ignored"
@@ -70,7 +78,7 @@ class ThroughputSummary:
     """The throughput a trial records."""
 
     value: float  # median of the measured figures
-    low: float | None  # 95% interval of the median; None: unknown (see interval_note)
+    low: float | None  # 95% interval of the median; from one figure, the noise floor (see interval_note)
     high: float | None
     unit: str  # "samples/s" or "tokens/s"
     measured: int  # figures the median is over
@@ -126,12 +134,19 @@ def convert(m: Measurement, ctx: BatchContext, unit: str) -> float:
 
 
 def interval(values: Sequence[float], level: float = 0.95) -> tuple[float | None, float | None, str]:
-    """(low, high, note): the order-statistic interval of the median; unknown (None) from one figure."""
+    """(low, high, note): the order-statistic interval of the median.
+
+    One figure (an epoch or run average) has no spread to build an interval from. It is not
+    "[x, x]": it is widened by the noise floor, x / f to x * f with f = exp(1.96 * NOISE_FLOOR_SE),
+    the same standard error the confidence score gives a result with no spread of its own, so
+    result.json, the table, trials.csv and the confidence score all read one consistent figure.
+    """
     n = len(values)
     if n == 0:
         raise ThroughputError("no figures")
     if n == 1:
-        return None, None, "one figure only: its interval is unknown"
+        x = float(values[0])
+        return x / NOISE_FLOOR_FACTOR, x * NOISE_FLOOR_FACTOR, ONE_FIGURE_NOTE
     s = sorted(values)
     lo, hi = median_interval_ranks(n, level)
     # P(true median inside [x_(lo), x_(hi)]) = 1 - 2 P(Binomial(n, 1/2) <= lo)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def _validate(config: CommandWorkloadConfig, context: CheckContext) -> None:
-    from sweep.parsers import compile_phase_patterns, make_parser
+    from sweep.parsers import compile_phase_patterns, parser_settings
     from sweep.workloads.command.runner import TemplateError, check_template
 
     argv, env = config.argv or [], config.env or {}
@@ -31,11 +31,8 @@ def _validate(config: CommandWorkloadConfig, context: CheckContext) -> None:
     if context.local_launch and "{" not in exe and shutil.which(exe, path=None if os.sep not in exe else "") is None:
         if not (os.sep in exe and os.access(exe, os.X_OK)):
             raise SweepError(f"workload.argv[0]={exe!r} is not an executable on PATH: give the full path or install it")
-    parser = dict(config.parser or {"type": "myrtle"})
-    for own in ("skip_first", "stop_after"):
-        parser.pop(own, None)
     try:
-        make_parser(parser)
+        parser_settings(config.parser)  # type, its keys, and the common ones (skip_first, tokens_per_sample, ...)
     except ValueError as e:
         raise SweepError(f"workload.parser: {e}") from None
     if config.phase_patterns is not None:

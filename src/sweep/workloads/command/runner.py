@@ -8,6 +8,7 @@ classified from the log tail and the exit status.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -20,7 +21,6 @@ from typing import Any, Mapping, Sequence
 
 from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
 from sweep.core.spec import TrialSpec
-from sweep.core.stats import throughput_summary
 
 PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
 PROGRESS_FILE = "progress.json"
@@ -66,7 +66,7 @@ def fill(text: str, values: Mapping[str, int]) -> str:
 
 def run_command_trial(spec: TrialSpec) -> TrialResult:
     """Run the user's command for one candidate and write the trial's result record."""
-    from sweep.parsers import LogTail, classify_failure, make_parser, select_measurement
+    from sweep.parsers import LogTail, ThroughputError, classify_failure, parser_settings
 
     wl = spec.workload
     trial_dir = Path(spec.trial_dir)
@@ -76,10 +76,11 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     env = {**os.environ, **{k: fill(str(v), values) for k, v in (wl.env or {}).items()}}
     cwd = wl.cwd or str(trial_dir)
     log_path = trial_dir / LOG_NAME
-    parser_spec = dict(wl.parser or {"type": "myrtle"})
-    skip = int(parser_spec.pop("skip_first", 1))
-    stop_after = parser_spec.pop("stop_after", None)
-    parser = make_parser(parser_spec)
+    settings = parser_settings(wl.parser)  # the preset's warm-up, unit and scope; checked before launch
+    skip, stop_after = settings.skip_first, settings.stop_after
+    parser = settings.make_parser()
+    context = settings.context(global_batch_size=values["global_batch_size"], num_devices=values["num_devices"], accum=values["accum"])
+    live_rate = functools.partial(live_throughput, context=context, unit=settings.throughput_unit)
     limit = float(spec.trial.time_limit_s)
     started_at, t0 = now_iso(), time.monotonic()
     print(f"accum={values['accum']} split={values['split']}: running {argv} in {cwd}; log {log_path}", flush=True)
@@ -89,7 +90,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         tail = LogTail(log_path)
         try:
-            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, skip, stop_after, limit, t0)
+            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, skip, stop_after, limit, t0, live_rate)
         except BaseException:
             # Interrupted (Ctrl-C reaches the job too): never leave the training command behind.
             _stop(proc)
@@ -97,17 +98,22 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         measurements += parser.feed(tail.read_new()) + parser.close()
     code = proc.wait()
 
-    chosen = select_measurement(measurements, skip_first_epochs=skip) if measurements else None
+    summary, why_not = None, ""
+    if measurements:
+        try:
+            summary = settings.summarize(measurements, global_batch_size=values["global_batch_size"], num_devices=values["num_devices"], accum=values["accum"])
+        except ThroughputError as e:
+            why_not = f": {e}"
     base = dict(
         **values, log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command",
         started_at=started_at, finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
     )
     if timed_out:
         result = TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
-    elif chosen is not None and (code == 0 or stopped_early):
-        result = _ok_result(base, measurements, chosen, skip)
+    elif summary is not None and (code == 0 or stopped_early):
+        result = _ok_result(base, summary)
     elif code == 0:
-        result = TrialResult(status=Status.FAILED, error=f"exited 0 but printed no throughput the {parser_spec.get('type', 'myrtle')} parser recognises; see {log_path}", **base)
+        result = TrialResult(status=Status.FAILED, error=f"exited 0 but printed no throughput the {settings.type} parser recognises{why_not}; see {log_path}", **base)
     else:
         verdict = classify_failure(read_log_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns)
         result = TrialResult(status=verdict.status if verdict.status != Status.OK else Status.FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
@@ -126,7 +132,9 @@ def _job_id() -> str:
         return ""
 
 
-def _follow(proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, stop_after: Any, limit: float, t0: float) -> tuple[list[Any], bool, bool]:
+def _follow(
+    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, stop_after: Any, limit: float, t0: float, rate: Any = None
+) -> tuple[list[Any], bool, bool]:
     """Read the log as it grows until the command ends, overruns its time, or has measured enough."""
     measurements: list[Any] = []
     while True:
@@ -134,7 +142,7 @@ def _follow(proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, ski
         new = parser.feed(tail.read_new())
         if new:
             measurements += new
-            _write_progress(trial_dir, measurements, skip)
+            _write_progress(trial_dir, measurements, skip, rate)
         if code is not None:
             return measurements, False, False
         if stop_after is not None and len(measurements) >= skip + int(stop_after):
@@ -146,24 +154,39 @@ def _follow(proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, ski
         time.sleep(0.2)
 
 
-def _ok_result(base: dict[str, Any], measurements: list[Any], chosen: Any, skip: int) -> TrialResult:
-    gbs = base["global_batch_size"]
-    # Per-step figures after the warm-up epochs give a real interval; epoch averages do not.
-    steps = [m for m in measurements if m.step_time_s]
-    timed = [m for m in steps if m.epoch is not None and m.epoch > skip] or steps[skip:]
-    times = [m.step_time_s for m in timed]
-    if len(times) >= 3:
-        mid, low, high = throughput_summary(times, gbs)
+def _ok_result(base: dict[str, Any], summary: Any) -> TrialResult:
+    """The median of the post-warm-up figures, its 95% interval and unit, as sweep.parsers summarised them."""
+    from sweep.parsers.throughput import MEASURED, SAMPLES_PER_S
+
+    # Seconds per optimizer step of each measured figure, for the confidence score's spread; for
+    # tokens/s only where the log printed its step time.
+    used = [f for f in summary.figures if f.role == MEASURED]
+    if summary.unit == SAMPLES_PER_S:
+        times = [base["global_batch_size"] / f.throughput for f in used if f.throughput]
     else:
-        # One figure per epoch: no per-step spread to build an interval from.
-        mid = low = high = float(chosen.throughput)
-        times = [gbs / mid] if mid > 0 else []
-    return TrialResult(status=Status.OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high, **base)
+        times = [f.measurement.step_time_s for f in used if f.measurement.step_time_s]
+    return TrialResult(
+        status=Status.OK, step_times_s=times if len(times) == len(used) else [], throughput=summary.value,
+        throughput_low=summary.low, throughput_high=summary.high, throughput_unit=summary.unit,
+        steps_measured=summary.measured, warmup_steps=summary.warmup, **base,
+    )
 
 
-def _write_progress(trial_dir: Path, measurements: list[Any], skip: int) -> None:
+def live_throughput(m: Any, *, context: Any, unit: str | None) -> tuple[float | None, str]:
+    """A figure as the trial will record it (samples/s or tokens/s, global), for the live table; None if it cannot be."""
+    from sweep.parsers.throughput import ThroughputError, convert, output_unit
+
+    out = output_unit(m.unit, context, unit)
+    try:
+        return convert(m, context, out), out
+    except ThroughputError:
+        return None, out
+
+
+def _write_progress(trial_dir: Path, measurements: list[Any], skip: int, rate: Any = None) -> None:
     last = measurements[-1]
-    record = {"throughput": last.throughput, "measurements": len(measurements), "warmup_measurements": skip}
+    value, unit = rate(last) if rate is not None else (last.throughput, "samples/s")
+    record = {"throughput": value, "throughput_unit": unit, "measurements": len(measurements), "warmup_measurements": skip}
     atomic_write_text(trial_dir / PROGRESS_FILE, json.dumps(record) + "\n")
 
 
