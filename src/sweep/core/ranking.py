@@ -161,13 +161,20 @@ def cli_flags(accum: int, split: int) -> str:
 
 
 def recommendation(
-    meta: SweepMeta, results: Mapping[str, TrialResult], confidence: int | None
+    meta: SweepMeta, results: Mapping[str, TrialResult], confidence: int | None, memory_margin: float | None = None
 ) -> dict[str, Any] | None:
-    """The rank-1 pair and everything needed to use it; None until something ran ok."""
+    """The fastest ok pair that is not tight, and everything needed to use it; None until something ran ok.
+
+    A tight pair (ok, but its peak leaves less than trial.memory_margin of the device) may OOM in
+    real training, so it is recommended only when every ok pair is tight; a faster tight pair is
+    named in `memory_note` with both figures.
+    """
     ranked = ranked_ok(results)
     if not ranked:
         return None
-    best = ranked[0]
+    roomy = [r for r in ranked if not r.tight]
+    best = roomy[0] if roomy else ranked[0]
+    note = _memory_note(best, ranked[0], not roomy, _margin_text(memory_margin))
     base = baseline_key(results)
     base_tp = results[base].throughput if base else None
     return {
@@ -184,7 +191,31 @@ def recommendation(
         "baseline": {"accum": results[base].accum, "split": 1} if base else None,
         "confidence": confidence,
         "flags": cli_flags(best.accum, best.split),
+        "tight": bool(best.tight),
+        "headroom": best.headroom,
+        "memory_note": note,
     }
+
+
+def _margin_text(margin: float | None) -> str:
+    return "trial.memory_margin" if margin is None else f"trial.memory_margin={margin:g}"
+
+
+def _memory_note(best: TrialResult, fastest: TrialResult, all_tight: bool, margin: str) -> str | None:
+    """One line when the memory margin changed or qualifies the answer; None when it did not."""
+    if all_tight:
+        return f"accum={best.accum} split={best.split} is tight: it leaves {_pct(best.headroom)} headroom, below {margin}; every ok pair does"
+    if fastest is best:
+        return None
+    faster = (fastest.throughput or 0.0) / (best.throughput or 1.0) - 1.0
+    return (
+        f"accum={fastest.accum} split={fastest.split} is {faster:.0%} faster ({fastest.throughput:.1f} vs {best.throughput:.1f} samples/s) "
+        f"but leaves {_pct(fastest.headroom)} headroom, below {margin}"
+    )
+
+
+def _pct(fraction: float | None) -> str:
+    return "unknown" if fraction is None else f"{fraction:.0%}"
 
 
 def recommendation_line(rec: Mapping[str, Any] | None) -> str:
@@ -193,4 +224,5 @@ def recommendation_line(rec: Mapping[str, Any] | None) -> str:
         return "no recommendation yet: no trial has run ok"
     speed = f"{rec['speedup']:.2f}x the split=1 baseline" if rec.get("speedup") else "no split=1 baseline ran ok"
     conf = f", confidence {rec['confidence']}/100" if rec.get("confidence") is not None else ""
-    return f"recommended accum={rec['accum']} split={rec['split']}: {speed}{conf}"
+    line = f"recommended accum={rec['accum']} split={rec['split']}: {speed}{conf}"
+    return line + (f"\n{rec['memory_note']}" if rec.get("memory_note") else "")

@@ -242,5 +242,11 @@ class PeakMemory:
             peak = resident_peak_bytes()
         return max(0, peak - self.baseline_bytes)
 
+    def reserved_peak_bytes(self) -> Optional[int]:
+        """CUDA: the caching allocator's reserved peak, what the card really loses; None on CPU."""
+        if self.device.type != "cuda":
+            return None
+        return torch.cuda.max_memory_reserved(self.device)
+
     def peak_gib(self) -> float:
         return self.peak_bytes() / GIB

@@ -22,6 +22,7 @@ from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, con
 from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
+from sweep.launch.memory import headroom, is_tight
 from sweep.workloads.rnnt.model import RNNTWorkload
 
 GIB = 1024**3
@@ -81,6 +82,23 @@ def _init_distributed(num_devices: int, backend: str) -> tuple[int, int, int]:
         return 0, 1, 0
     dist.init_process_group(backend=backend)
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _record_memory(result: TrialResult, peak: PeakMemory, memory_gib: float, margin: float) -> None:
+    """Peak, capacity, headroom and tight of one rank (rank 0's are recorded; ranks train alike).
+
+    CUDA: headroom counts the reserved peak (the allocator keeps what it reserved) against the
+    card, capped at machine.memory_gib; CPU: the resident peak against the emulated budget.
+    """
+    result.peak_mem_gib = peak.peak_bytes() / GIB
+    reserved = peak.reserved_peak_bytes()
+    capacity = float(memory_gib)
+    if reserved is not None:
+        result.peak_reserved_gib = reserved / GIB
+        capacity = min(capacity, torch.cuda.get_device_properties(peak.device).total_memory / GIB)
+    result.capacity_gib = capacity
+    result.headroom = headroom(result.peak_reserved_gib if reserved is not None else result.peak_mem_gib, capacity)
+    result.tight = is_tight(result.status == Status.OK, result.headroom, margin)
 
 
 def run_trial(spec: TrialSpec) -> TrialResult:
@@ -166,7 +184,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         if is_oom_error(exc):  # outside a step: no (accum, split) can fix it, so not an "oom" candidate
             result.error = f"out of memory before the first step (the model does not fit): {result.error}"
     if peak is not None:
-        result.peak_mem_gib = peak.peak_bytes() / GIB
+        _record_memory(result, peak, machine.memory_gib, float(trial.memory_margin))
     result.finished_at = now_iso()
     result.wall_s = startup_s + time.perf_counter() - t_start
     if result.status == Status.OK:

@@ -1,0 +1,84 @@
+"""Headroom, tight, and the recommendation that avoids tight pairs (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sweep.core.ranking import SweepMeta, recommendation, recommendation_line
+from sweep.core.schema import Status, TrialResult
+from sweep.launch.memory import headroom, is_tight
+
+
+@pytest.mark.parametrize(
+    "peak, capacity, expected",
+    [
+        (76.0, 80.0, 0.05),
+        (0.0, 80.0, 1.0),
+        (80.0, 80.0, 0.0),
+        (88.0, 80.0, -0.1),
+        (None, 80.0, None),
+        (1.0, None, None),
+        (1.0, 0.0, None),
+    ],
+)
+def test_headroom(peak, capacity, expected) -> None:
+    got = headroom(peak, capacity)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+@pytest.mark.parametrize(
+    "ok, room, margin, tight",
+    [
+        (True, 0.03, 0.05, True),
+        (True, 0.05, 0.05, False),
+        (True, 0.30, 0.05, False),
+        (True, -0.01, 0.0, True),
+        (True, 0.01, 0.0, False),
+        (True, None, 0.05, False),  # nothing measured: not called tight
+        (False, 0.01, 0.05, False),  # an oom or failed trial is not tight, it failed
+    ],
+)
+def test_tight(ok, room, margin, tight) -> None:
+    assert is_tight(ok, room, margin) is tight
+
+
+META = SweepMeta(sweep_id="s", machine="h100x8", workload="rnnt", global_batch_size=1024, num_devices=8)
+
+
+def result(accum: int, split: int, throughput: float, room: float, margin: float = 0.05) -> TrialResult:
+    return TrialResult(
+        accum=accum, split=split, per_device_batch=1024 // 8 // accum, joint_batch=1024 // 8 // accum // split,
+        global_batch_size=1024, num_devices=8, status=Status.OK, throughput=throughput,
+        throughput_low=throughput, throughput_high=throughput, headroom=room, tight=is_tight(True, room, margin),
+    )
+
+
+def by_key(*results: TrialResult) -> dict[str, TrialResult]:
+    return {r.key: r for r in results}
+
+
+def test_a_faster_tight_pair_is_named_in_one_line_with_both_figures() -> None:
+    rec = recommendation(META, by_key(result(2, 4, 170.6, 0.03), result(2, 2, 164.0, 0.20), result(1, 1, 120.0, 0.5)), 50, 0.05)
+    assert (rec["accum"], rec["split"], rec["tight"]) == (2, 2, False)
+    assert rec["memory_note"] == (
+        "accum=2 split=4 is 4% faster (170.6 vs 164.0 samples/s) but leaves 3% headroom, below trial.memory_margin=0.05"
+    )
+    lines = recommendation_line(rec).splitlines()
+    assert lines[0].startswith("recommended accum=2 split=2:") and lines[1] == rec["memory_note"]
+
+
+def test_when_every_ok_pair_is_tight_the_fastest_is_recommended_and_called_tight() -> None:
+    rec = recommendation(META, by_key(result(2, 4, 170.6, 0.03), result(2, 2, 164.0, 0.01)), None, 0.05)
+    assert (rec["accum"], rec["split"], rec["tight"]) == (2, 4, True)
+    assert rec["memory_note"] == "accum=2 split=4 is tight: it leaves 3% headroom, below trial.memory_margin=0.05; every ok pair does"
+
+
+def test_without_tight_pairs_the_fastest_wins_and_nothing_is_added() -> None:
+    rec = recommendation(META, by_key(result(2, 4, 170.6, 0.30), result(2, 2, 164.0, 0.01)), None, 0.05)
+    assert (rec["accum"], rec["split"], rec["memory_note"]) == (2, 4, None)
+    assert "\n" not in recommendation_line(rec)
+
+
+def test_a_margin_of_zero_marks_nothing_tight_that_fits() -> None:
+    rec = recommendation(META, by_key(result(2, 4, 170.6, 0.01, margin=0.0), result(2, 2, 164.0, 0.2, margin=0.0)), None, 0.0)
+    assert (rec["accum"], rec["split"], rec["tight"]) == (2, 4, False)
