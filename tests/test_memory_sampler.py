@@ -79,22 +79,28 @@ def test_the_nvml_path_counts_only_the_trees_processes_on_visible_devices(monkey
         0: [SimpleNamespace(pid=me.pid, usedGpuMemory=50 * GIB)],  # not visible: not counted
         1: [SimpleNamespace(pid=me.pid, usedGpuMemory=3 * GIB), SimpleNamespace(pid=1, usedGpuMemory=9 * GIB)],
     }
+    used = {0: 60 * GIB, 1: 14 * GIB}
     fake = SimpleNamespace(
         nvmlInit=lambda: None,
         nvmlShutdown=lambda: None,
         nvmlDeviceGetCount=lambda: 2,
         nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=80 * GIB),
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=80 * GIB, used=used[h]),
         nvmlDeviceGetComputeRunningProcesses=lambda h: cards[h],
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     sampler = TreeMemorySampler(me.pid, capacity_gib=1.0, interval_s=0.05)
     sampler.sample()
+    assert sampler.peak_bytes == 3 * GIB
+    # In a container NVML lists host pids: none is ours, so the visible card's growth since start counts.
+    cards[1] = [SimpleNamespace(pid=999_999_999, usedGpuMemory=5 * GIB)]
+    used[1] = 19 * GIB
+    sampler.sample()
     me.kill()
     me.wait()
     reading = sampler.stop()
-    assert (reading.source, reading.capacity_gib, reading.peak_gib) == ("nvml", 80.0, 3.0)
+    assert (reading.source, reading.capacity_gib, reading.peak_gib) == ("nvml", 80.0, 5.0)
 
 
 @pytest.mark.parametrize(

@@ -59,17 +59,26 @@ class _Nvml:
         if not self.handles:
             pynvml.nvmlShutdown()
             raise RuntimeError("no visible NVML device")
+        self.baseline_bytes = self.device_used_bytes()
 
     def capacity_bytes(self) -> int:
         return sum(int(self.nvml.nvmlDeviceGetMemoryInfo(h).total) for h in self.handles)
 
+    def device_used_bytes(self) -> int:
+        return sum(int(self.nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles)
+
     def used_bytes(self, pids: set[int]) -> int:
-        used = 0
+        """GPU memory of these pids; in a container NVML may list host pids that match none of
+        ours, and then the visible devices' use above what they held at start stands in."""
+        used, matched = 0, False
         for h in self.handles:
             for proc in self.nvml.nvmlDeviceGetComputeRunningProcesses(h):
-                if proc.pid in pids and proc.usedGpuMemory is not None:
-                    used += int(proc.usedGpuMemory)
-        return used
+                if proc.pid in pids:
+                    matched = True
+                    used += int(proc.usedGpuMemory or 0)
+        if matched:
+            return used
+        return max(0, self.device_used_bytes() - self.baseline_bytes)
 
     def close(self) -> None:
         try:
