@@ -210,6 +210,15 @@ class RNNT(nn.Module):
         blank_prefixed = torch.cat([labels.new_full((labels.shape[0], 1), BLANK), labels], dim=1)
         return self.pred_rnn(self.embed(blank_prefixed))[0]
 
+    def forward(self, enc: torch.Tensor, pred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What DistributedDataParallel calls: a micro-batch's encoder and prediction outputs, unchanged.
+
+        The joint is cut off from the encoder (each chunk runs its own backward), so the backward
+        DDP must arm is the encoder's, which starts from these tensors; passing them through DDP's
+        forward, once the joint is done, lets every rank agree on an OOM before any gradient moves.
+        """
+        return enc, pred
+
     def joint_forward(self, enc: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
         hidden = self.joint_enc(enc)[:, :, None, :] + self.joint_pred(pred)[:, None, :, :]  # (B, T, U+1, H)
         return torch.log_softmax(self.joint_out(torch.tanh(hidden)), dim=-1)
@@ -301,6 +310,17 @@ class RNNTWorkload:
         self.rank, self.world_size = rank, world_size
         torch.manual_seed(cfg.seed)  # same init on every rank, so no broadcast is needed
         self.model = RNNT(cfg).to(self.device)
+        # Several ranks: DDP all-reduces gradient buckets while the last micro-batch's backward runs
+        # (no_sync() on the others). The joint's parameters are not in that backward's graph (their
+        # gradients were accumulated chunk by chunk), so DDP must be told to look for them.
+        self.ddp: Optional[nn.parallel.DistributedDataParallel] = None
+        if world_size > 1:
+            self.ddp = nn.parallel.DistributedDataParallel(
+                self.model,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=True,
+                broadcast_buffers=False,
+            )
         self.data = SyntheticData(cfg, cfg.seed if data_seed is None else data_seed, self.device)
         if cfg.optimizer == "adam":
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
@@ -353,26 +373,47 @@ class RNNTWorkload:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         return loss.detach()
 
-    def backward_encoder(self, enc: torch.Tensor, pred: torch.Tensor, enc_grad: torch.Tensor, pred_grad: torch.Tensor) -> None:
-        torch.autograd.backward([enc, pred], [enc_grad, pred_grad])
+    def backward_encoder(
+        self, enc: torch.Tensor, pred: torch.Tensor, enc_grad: torch.Tensor, pred_grad: torch.Tensor, sync: bool = False
+    ) -> None:
+        """The encoder and prediction backward; with sync (the last micro-batch), DDP all-reduces every
+        gradient (accumulated over all micro-batches) bucket by bucket while it runs."""
+        self.phase = PHASE_ENCODER
+        if self.ddp is None:
+            torch.autograd.backward([enc, pred], [enc_grad, pred_grad])
+            return
+        with contextlib.nullcontext() if sync else self.ddp.no_sync():
+            enc, pred = self.ddp(enc, pred)
+            torch.autograd.backward([enc, pred], [enc_grad, pred_grad])
 
     def optimizer_step(self) -> None:
-        if self.world_size > 1:
-            for p in self.model.parameters():
-                if p.grad is not None:
-                    dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # in place: nothing new to allocate
+        # Gradients are all-reduced already: DDP did it during the last micro-batch's backward.
         if self.scaler is not None:
             self.scaler.step(self.optimizer)  # unscales; skips the step on inf/nan, as the recipe does
             self.scaler.update()
         else:
             self.optimizer.step()
 
-    def micro_batch(self, per_device_batch: int, accum: int, split: int, step_index: int, micro_index: int) -> torch.Tensor:
-        """Forward and backward of one micro-batch, gradients added to .grad; returns its loss."""
+    def micro_batch(
+        self, per_device_batch: int, accum: int, split: int, step_index: int, micro_index: int, sync: bool = False
+    ) -> torch.Tensor:
+        """Forward and backward of one micro-batch, gradients added to .grad; returns its loss.
+
+        sync: all-reduce the accumulated gradients during this backward (the last micro-batch).
+        """
+        *tensors, loss = self.forward_and_joint(per_device_batch, accum, split, step_index, micro_index)
+        self.backward_encoder(*tensors, sync=sync)
+        return loss
+
+    def forward_and_joint(
+        self, per_device_batch: int, accum: int, split: int, step_index: int, micro_index: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A micro-batch up to its encoder backward: (enc, pred, their gradients, loss)."""
         global_batch = per_device_batch * accum * self.world_size
         first = (self.rank * accum + micro_index) * per_device_batch  # each rank takes a contiguous share
         feats, labels, frame_lens, label_lens = self.data.padded_batch(step_index, first, per_device_batch, global_batch)
-        scale = 1.0 / global_batch
+        # The mean over this rank's samples: DDP's all-reduce averages over ranks, giving the global mean.
+        scale = 1.0 / (per_device_batch * accum)
         self.phase = PHASE_ENCODER
         with self._autocast():
             enc, pred = self.encode(feats), self.predict(labels)
@@ -391,9 +432,7 @@ class RNNTWorkload:
             loss += self.joint_and_loss(
                 enc_cut[chunk, :T], pred_cut[chunk, : U + 1], labels[chunk, :U], scale, frame_lens[chunk], label_lens[chunk]
             )
-        self.phase = PHASE_ENCODER
-        self.backward_encoder(enc, pred, enc_cut.grad, pred_cut.grad)
-        return loss
+        return enc, pred, enc_cut.grad, pred_cut.grad, loss
 
     # -- whole steps
 
@@ -406,7 +445,7 @@ class RNNTWorkload:
         "could not create a primitive" rather than an allocator error. Chunks
         of one sample keep the joint's share small.
         """
-        self.micro_batch(per_device_batch, 1, per_device_batch, step_index=0, micro_index=0)
+        self.micro_batch(per_device_batch, 1, per_device_batch, step_index=0, micro_index=0, sync=False)
         self.model.zero_grad(set_to_none=True)
         self.phase = None
 
@@ -420,12 +459,7 @@ class RNNTWorkload:
     def gradients(self, per_device_batch: int, accum: int, split: int, step_index: int = 0) -> dict[str, torch.Tensor]:
         """The (all-reduced) gradient one step would apply, without applying it; for equivalence tests."""
         self._accumulate(per_device_batch, accum, split, step_index)
-        grads = {}
-        for name, p in self.model.named_parameters():
-            g = p.grad.detach().clone()
-            if self.world_size > 1:
-                dist.all_reduce(g, op=dist.ReduceOp.SUM)
-            grads[name] = g
+        grads = {name: p.grad.detach().clone() for name, p in self.model.named_parameters()}
         self.phase = None
         return grads
 
@@ -434,13 +468,18 @@ class RNNTWorkload:
             raise ValueError(f"per_device_batch={per_device_batch} is not a positive multiple of split={split}")
         self.model.zero_grad(set_to_none=True)
 
-        def all_micro_batches() -> None:
-            for m in range(accum):
-                self.micro_batch(per_device_batch, accum, split, step_index, m)
+        last: list[tuple[torch.Tensor, ...]] = []
 
-        # Every rank reports before any gradient traffic, so a rank that ran out of
-        # memory (or broke) cannot leave the others waiting in an all-reduce.
-        self._all_ranks_or_raise(self._guard(all_micro_batches))
+        def up_to_the_last_backward() -> None:
+            for m in range(accum - 1):
+                self.micro_batch(per_device_batch, accum, split, step_index, m, sync=False)
+            last.append(self.forward_and_joint(per_device_batch, accum, split, step_index, accum - 1)[:4])
+
+        # Every rank reports before any gradient traffic, so a rank that ran out of memory (or broke)
+        # in a forward or a joint cannot leave the others waiting in an all-reduce. The last encoder
+        # backward then all-reduces as it goes; an OOM inside it on one rank alone is not agreed on.
+        self._all_ranks_or_raise(self._guard(up_to_the_last_backward))
+        self._all_ranks_or_raise(self._guard(lambda: self.backward_encoder(*last.pop(), sync=True)))
 
     def _guard(self, fn: Callable[[], None]) -> Optional[_Failure]:
         """Run fn; turn an exception into a _Failure with the big tensors it pinned released."""
