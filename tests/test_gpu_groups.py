@@ -39,8 +39,11 @@ def run_in_process(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 def test_trials_in_flight_see_disjoint_device_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from types import SimpleNamespace
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 1024**3, name=f"Fake80GB{i}"))
     script, ledger, sweep_dir = tmp_path / "train.py", tmp_path / "ledger", tmp_path / "sweep"
     script.write_text(SCRIPT)
     ledger.mkdir()
@@ -63,6 +66,7 @@ def test_trials_in_flight_see_disjoint_device_groups(tmp_path: Path, monkeypatch
     )
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
+    assert "warning" not in out.err  # machine.memory_gib=80 fits the reported 80 GiB cards
 
     rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
     assert {r["accum"]: r["status"] for r in rows} == {"1": "ok", "2": "ok", "4": "ok", "8": "ok"}, rows

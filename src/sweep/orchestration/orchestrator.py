@@ -116,10 +116,11 @@ def local_cuda_memory_gib() -> float | None:
     """The smallest local CUDA card's total memory in GiB; None without CUDA."""
     import torch
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if not count:
+    try:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return min(torch.cuda.get_device_properties(i).total_memory for i in range(count)) / 1024**3 if count else None
+    except (RuntimeError, AssertionError, AttributeError):  # a driver that cannot say: no warning, the trials find out
         return None
-    return min(torch.cuda.get_device_properties(i).total_memory for i in range(count)) / 1024**3
 
 
 class Orchestrator:
