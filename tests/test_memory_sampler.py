@@ -134,8 +134,8 @@ worker.kill()
 def test_a_command_trial_records_peak_capacity_headroom_and_tight(tmp_path, monkeypatch, margin, tight) -> None:
     from sweep.core.config import MachineConfig, TrialConfig
     from sweep.core.schema import Status
-    from sweep.workloads.command.config import CommandWorkloadConfig
     from sweep.core.spec import TrialSpec
+    from sweep.workloads.command.config import CommandWorkloadConfig
     from sweep.workloads.command.runner import run_command_trial
 
     monkeypatch.setitem(sys.modules, "pynvml", None)  # the psutil path, on a GPU host too

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 import psutil
 
@@ -23,26 +24,26 @@ GIB = 1024**3
 SAMPLE_INTERVAL_S = 0.2
 
 
-def headroom(peak_gib: Optional[float], capacity_gib: Optional[float]) -> Optional[float]:
+def headroom(peak_gib: float | None, capacity_gib: float | None) -> float | None:
     """Fraction of capacity left at the peak (negative: the peak exceeded it); None when either is unknown."""
     if peak_gib is None or not capacity_gib or capacity_gib <= 0:
         return None
     return 1.0 - float(peak_gib) / float(capacity_gib)
 
 
-def is_tight(ok: bool, headroom_fraction: Optional[float], margin: float) -> bool:
+def is_tight(ok: bool, headroom_fraction: float | None, margin: float) -> bool:
     """An ok trial whose peak leaves less than `margin` of the device: may OOM in real training."""
     return bool(ok) and headroom_fraction is not None and headroom_fraction < float(margin)
 
 
 @dataclass
 class MemoryReading:
-    peak_gib: Optional[float]  # None: nothing could be sampled
-    capacity_gib: Optional[float]
+    peak_gib: float | None  # None: nothing could be sampled
+    capacity_gib: float | None
     source: str  # "nvml" or "rss": what the peak counts
 
     @property
-    def headroom(self) -> Optional[float]:
+    def headroom(self) -> float | None:
         return headroom(self.peak_gib, self.capacity_gib)
 
 
@@ -87,7 +88,7 @@ class _Nvml:
             pass
 
 
-def _visible_indices(visible: Optional[str], count: int) -> list[int]:
+def _visible_indices(visible: str | None, count: int) -> list[int]:
     """NVML indices named by CUDA_VISIBLE_DEVICES (numbers only; UUIDs or none: all devices)."""
     if visible is None or not visible.strip():
         return list(range(count)) if visible is None else []
@@ -97,7 +98,7 @@ def _visible_indices(visible: Optional[str], count: int) -> list[int]:
     return [int(p) for p in parts if int(p) < count]
 
 
-def start_nvml() -> Optional[_Nvml]:
+def start_nvml() -> _Nvml | None:
     """NVML when the library is installed, a driver answers and a device is visible; else None."""
     try:
         return _Nvml()
@@ -131,7 +132,7 @@ class TreeMemorySampler:
     emulated machine.memory_gib; None: the host's total memory).
     """
 
-    def __init__(self, pid: int, capacity_gib: Optional[float] = None, interval_s: float = SAMPLE_INTERVAL_S,
+    def __init__(self, pid: int, capacity_gib: float | None = None, interval_s: float = SAMPLE_INTERVAL_S,
                  nvml_factory: Callable[[], Any] = start_nvml) -> None:
         self.pid, self.interval_s = pid, interval_s
         self.nvml = nvml_factory()
@@ -140,11 +141,11 @@ class TreeMemorySampler:
         else:
             self.source = "rss"
             self.capacity_gib = float(capacity_gib) if capacity_gib else psutil.virtual_memory().total / GIB
-        self.peak_bytes: Optional[int] = None
+        self.peak_bytes: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"memory-sampler-{pid}", daemon=True)
 
-    def start(self) -> "TreeMemorySampler":
+    def start(self) -> TreeMemorySampler:
         self._thread.start()
         return self
 

@@ -21,16 +21,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER
 from sweep.workloads.rnnt.data import encoder_frames, length_spec, step_lengths
 from sweep.workloads.rnnt.memory import DeviceOOM, drop_exception, free_device_memory, is_oom_error, oom_summary
-from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER
 
 BLANK = 0
 
@@ -128,8 +128,8 @@ def rnnt_loss(
     log_probs: torch.Tensor,
     labels: torch.Tensor,
     blank: int = BLANK,
-    frame_lens: Optional[torch.Tensor] = None,
-    label_lens: Optional[torch.Tensor] = None,
+    frame_lens: torch.Tensor | None = None,
+    label_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-utterance negative log-likelihood, shape (B,).
 
@@ -272,7 +272,7 @@ class SyntheticData:
         return feats, self.labels[rows, :U], enc_lens, torch.tensor(tokens)
 
 
-def autocast_dtype(precision: str, device: torch.device) -> Optional[torch.dtype]:
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for workload.precision on this device; None for fp32."""
     device = torch.device(device)
     if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
@@ -296,14 +296,14 @@ class _Failure:
     code: int
     message: str
     traceback_text: str = ""
-    error: Optional[BaseException] = None  # a non-OOM exception, re-raised as is on its own rank
+    error: BaseException | None = None  # a non-OOM exception, re-raised as is on its own rank
 
 
 class RNNTWorkload:
     """The RNN-T model, optimizer and synthetic data of one rank."""
 
     def __init__(
-        self, cfg, device: torch.device, rank: int = 0, world_size: int = 1, data_seed: Optional[int] = None
+        self, cfg, device: torch.device, rank: int = 0, world_size: int = 1, data_seed: int | None = None
     ) -> None:
         self.cfg = cfg
         self.device = torch.device(device)
@@ -313,7 +313,7 @@ class RNNTWorkload:
         # Several ranks: DDP all-reduces gradient buckets while the last micro-batch's backward runs
         # (no_sync() on the others). The joint's parameters are not in that backward's graph (their
         # gradients were accumulated chunk by chunk), so DDP must be told to look for them.
-        self.ddp: Optional[nn.parallel.DistributedDataParallel] = None
+        self.ddp: nn.parallel.DistributedDataParallel | None = None
         if world_size > 1:
             self.ddp = nn.parallel.DistributedDataParallel(
                 self.model,
@@ -331,17 +331,17 @@ class RNNTWorkload:
         self.amp_dtype = autocast_dtype(cfg.precision, self.device)
         # fp16 gradients underflow without loss scaling (the recipe's GradScaler); bf16 and fp32 need none.
         self.scaler = torch.amp.GradScaler(self.device.type) if self.amp_dtype == torch.float16 else None
-        self._phase: Optional[str] = None
+        self._phase: str | None = None
         # Called with the new phase on every change; memory tests hang peak resets on it.
-        self.on_phase: Optional[Callable[[Optional[str]], None]] = None
+        self.on_phase: Callable[[str | None], None] | None = None
 
     @property
-    def phase(self) -> Optional[str]:
+    def phase(self) -> str | None:
         """The part of the step in progress: PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER or None."""
         return self._phase
 
     @phase.setter
-    def phase(self, value: Optional[str]) -> None:
+    def phase(self, value: str | None) -> None:
         self._phase = value
         if self.on_phase is not None:
             self.on_phase(value)
@@ -481,7 +481,7 @@ class RNNTWorkload:
         self._all_ranks_or_raise(self._guard(up_to_the_last_backward))
         self._all_ranks_or_raise(self._guard(lambda: self.backward_encoder(*last.pop(), sync=True)))
 
-    def _guard(self, fn: Callable[[], None]) -> Optional[_Failure]:
+    def _guard(self, fn: Callable[[], None]) -> _Failure | None:
         """Run fn; turn an exception into a _Failure with the big tensors it pinned released."""
         try:
             fn()
@@ -498,7 +498,7 @@ class RNNTWorkload:
         free_device_memory(self.device)
         return failure
 
-    def _all_ranks_or_raise(self, failure: Optional[_Failure]) -> None:
+    def _all_ranks_or_raise(self, failure: _Failure | None) -> None:
         code, first_rank, message = (failure.code if failure else _OK), self.rank, failure.message if failure else ""
         if self.world_size > 1:
             comm = self.device if dist.get_backend() == "nccl" else torch.device("cpu")

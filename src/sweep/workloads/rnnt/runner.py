@@ -13,23 +13,22 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import torch
 import torch.distributed as dist
 
-from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
 from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
 from sweep.launch.memory import headroom, is_tight
+from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
 from sweep.workloads.rnnt.model import RNNTWorkload
 
 GIB = 1024**3
 _startup_counted = False  # whether an earlier run_trial in this process already counted start-up
 
 
-def _process_age_s() -> Optional[float]:
+def _process_age_s() -> float | None:
     """Seconds since this process started, so wall_s includes interpreter and torch start-up."""
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
@@ -132,9 +131,9 @@ def run_trial(spec: TrialSpec) -> TrialResult:
     )
     rank, world_size = 0, 1
     say = lambda msg: print(msg, flush=True)  # noqa: E731
-    budget: Optional[MemoryBudget] = None
-    peak: Optional[PeakMemory] = None
-    error: Optional[BaseException] = None
+    budget: MemoryBudget | None = None
+    peak: PeakMemory | None = None
+    error: BaseException | None = None
     try:
         if machine.cpu_threads:
             torch.set_num_threads(int(machine.cpu_threads))
