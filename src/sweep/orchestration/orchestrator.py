@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import signal
 import sys
 import time
@@ -181,7 +182,7 @@ class Orchestrator:
         self._load_finished()
         self.executor = backends.make_executor(plan.launcher, plan.time_limit_s)
         if self.cluster == "local" and plan.machine.device == "cuda":
-            self.free_gpus = backends.gpu_groups(local_cuda_devices(), plan.meta.num_devices)
+            self.free_gpus = backends.gpu_groups(local_cuda_devices(), plan.meta.num_devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
         self._reattach()
         self._write_meta("running")
         point_latest(plan.sweep_dir)
