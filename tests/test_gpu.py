@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -76,8 +77,11 @@ def test_an_ok_builtin_trial_records_allocated_and_reserved_peaks_against_the_ca
     assert record.headroom == pytest.approx(1 - record.peak_reserved_gib / 1.5)
 
 
-def test_a_command_trial_records_its_nvml_peak(tmp_path):
+def test_a_command_trial_records_its_nvml_peak(tmp_path, monkeypatch):
     pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    # One card, as a one-device trial gets: NVML's capacity is then that card's total.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible.split(",")[0] if visible else "0")
     from sweep.workloads.command.config import CommandWorkloadConfig
     from sweep.workloads.command.runner import run_command_trial
 
