@@ -150,3 +150,26 @@ def test_a_command_trial_records_peak_capacity_headroom_and_tight(tmp_path, monk
     assert 200 / 1024 <= result.peak_mem_gib < 0.3, result
     assert result.headroom == pytest.approx(1 - result.peak_mem_gib / 0.3)
     assert result.tight is tight
+
+
+def test_a_cpu_profile_command_trial_counts_host_memory_even_where_nvml_answers(tmp_path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    import psutil
+
+    from sweep.core.config import MachineConfig, TrialConfig
+    from sweep.core.spec import TrialSpec
+    from sweep.workloads.command.config import CommandWorkloadConfig
+    from sweep.workloads.command.runner import run_command_trial
+
+    fake = SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=80 * GIB, used=0), nvmlDeviceGetComputeRunningProcesses=lambda h: [],
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)  # a GPU host: NVML would answer
+    script = tmp_path / "train.py"
+    script.write_text(TRAINER)
+    spec = TrialSpec(1, 1, 8, 8, 8, 1, MachineConfig(device="cpu"), CommandWorkloadConfig(argv=[sys.executable, str(script)]), TrialConfig(), str(tmp_path / "t"))
+    result = run_command_trial(spec)
+    assert result.capacity_gib == pytest.approx(psutil.virtual_memory().total / GIB)
+    assert result.peak_mem_gib >= 200 / 1024

@@ -89,7 +89,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         # A new session, so a timeout can stop the whole process tree (dataloader workers, ranks).
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         tail = LogTail(log_path)
-        sampler = TreeMemorySampler(proc.pid, capacity_gib=_emulated_capacity_gib(spec)).start()
+        sampler = _memory_sampler(proc.pid, spec).start()
         try:
             measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, skip, stop_after, limit, t0)
         except BaseException:
@@ -122,10 +122,12 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     return result
 
 
-def _emulated_capacity_gib(spec: TrialSpec) -> float | None:
-    """Capacity when NVML cannot say: the emulated card on a GPU profile; on CPU, None (the host's memory),
-    since nothing holds a user's command to machine.memory_gib there."""
-    return float(spec.machine.memory_gib) * spec.num_devices if spec.machine.device == "cuda" else None
+def _memory_sampler(pid: int, spec: TrialSpec) -> TreeMemorySampler:
+    """GPU profile: NVML, else the emulated cards. CPU profile: resident memory against the host's, even
+    on a host with GPUs, since nothing holds a user's command to machine.memory_gib there."""
+    if spec.machine.device == "cuda":
+        return TreeMemorySampler(pid, capacity_gib=float(spec.machine.memory_gib) * spec.num_devices)
+    return TreeMemorySampler(pid, capacity_gib=None, nvml_factory=lambda: None)
 
 
 def _job_id() -> str:
