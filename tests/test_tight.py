@@ -82,3 +82,52 @@ def test_without_tight_pairs_the_fastest_wins_and_nothing_is_added() -> None:
 def test_a_margin_of_zero_marks_nothing_tight_that_fits() -> None:
     rec = recommendation(META, by_key(result(2, 4, 170.6, 0.01, margin=0.0), result(2, 2, 164.0, 0.2, margin=0.0)), None, 0.0)
     assert (rec["accum"], rec["split"], rec["tight"]) == (2, 4, False)
+
+
+# -- through a real sweep -----------------------------------------------------------------------
+
+HOLDER = """
+import sys, time
+accum = int(sys.argv[1])
+block = bytearray((495 if accum == 1 else 50) * 1024 * 1024)  # accum=1 nearly fills the 0.5 GiB card
+block[::4096] = b"x" * len(block[::4096])
+time.sleep(1.0)
+for epoch in (1, 2, 3):
+    print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {200.0 / accum:8.2f} | train_avg_took : 0.16", flush=True)
+"""
+
+
+@pytest.mark.e2e
+def test_a_sweep_recommends_the_roomy_pair_and_names_the_faster_tight_one(tmp_path, monkeypatch, capsys) -> None:
+    """A GPU profile without NVML (torch made to report one device): command trials count resident
+    memory against machine.memory_gib; accum=1 is twice as fast but leaves almost nothing."""
+    import sys
+
+    import torch
+    import yaml
+
+    from sweep.launch.memory import start_nvml
+
+    nvml = start_nvml()
+    if nvml is not None:
+        nvml.close()
+        pytest.skip("NVML answers on this host: the trial would count GPU memory, not this test's host memory")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(sys, "argv", [
+        "sweep", "workload=command", f"workload.argv=[{sys.executable},{tmp_path / 'train.py'},'{{accum}}']", "machine.device=cuda",
+        "machine.memory_gib=0.5", "global_batch_size=8", "accum=1,2", "split=1", "search=grid", "trial.time_limit_s=60",
+        f"hydra.sweep.dir={tmp_path / 's'}",
+    ])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    (tmp_path / "train.py").write_text(HOLDER)
+    from sweep.cli.main import main
+
+    code = main()
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    rec = yaml.safe_load((tmp_path / "s" / "recommendation.yaml").read_text())
+    assert (rec["accum"], rec["split"], rec["tight"]) == (2, 1, False)
+    assert rec["memory_note"].startswith("accum=1 split=1 is 100% faster (200.0 vs 100.0 samples/s) but leaves ")
+    assert rec["memory_note"].endswith("headroom, below trial.memory_margin=0.05")
+    assert rec["memory_note"] in out.out
