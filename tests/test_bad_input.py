@@ -103,10 +103,15 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("zero_devices", cmd("machine.num_devices=0"), ["machine.num_devices=0", "positive integer"]),
     ("devices_not_split_over_nodes", cmd("machine.nodes=3", "machine.num_devices=4"), ["machine.num_devices=4", "machine.nodes=3"]),
     ("negative_memory", cmd("machine.memory_gib=-1"), ["machine.memory_gib=-1", "positive number of GiB"]),
+    # More devices than any single host has: the same one line with or without GPUs here.
+    ("gpu_profile_needs_more_devices", cmd("+machine=a100x8", "machine.num_devices=64"), ["machine=a100x8 needs 64 CUDA device(s) but this host has", "hydra/launcher=submitit_slurm"]),
     # -- trial and search knobs
     ("measure_steps_zero", cmd("trial.measure_steps=0"), ["trial.measure_steps=0", "positive integer"]),
     ("warmup_negative", cmd("trial.warmup_steps=-1"), ["trial.warmup_steps=-1", "integer >= 0"]),
     ("time_limit_zero", cmd("trial.time_limit_s=0"), ["trial.time_limit_s=0", "positive number of seconds"]),
+    ("memory_margin_negative", cmd("trial.memory_margin=-0.1"), ["trial.memory_margin=-0.1", "[0, 0.5)"]),
+    ("memory_margin_half", cmd("trial.memory_margin=0.5"), ["trial.memory_margin=0.5", "[0, 0.5)"]),
+    ("memory_margin_text", cmd("trial.memory_margin=lots"), ["trial.memory_margin", "'lots'", "Float"]),
     ("max_trials_zero", cmd("search.max_trials=0"), ["search.max_trials=0", "positive integer"]),
     ("max_in_flight_zero", cmd("max_in_flight=0"), ["max_in_flight=0", "positive integer"]),
     # -- the command workload: parser, template, executable
@@ -244,3 +249,31 @@ def test_only_errors_in_the_input_count_as_the_users_to_fix(exc, fixable):
     from sweep.cli.main import user_fixable
 
     assert user_fixable(exc) is fixable
+
+
+def test_memory_gib_above_the_card_warns_in_one_line_and_uses_the_card(tmp_path, monkeypatch, capsys):
+    """Not an error: torch is made to report one 16 GiB card; the profile asks for 80 GiB."""
+    from types import SimpleNamespace
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=16 * 1024**3, name="Fake16"))
+    script = tmp_path / "train.py"
+    script.write_text(
+        "for e in (1, 2, 3):\n"
+        "    print(f'DLL 2024-01-02 10:11:1{e}.123456 - epoch {e:4d} | train_avg_throughput-audio-samples-per-sec : 100.00 | train_avg_took : 0.16', flush=True)\n"
+    )
+    code = run_main_in_process(
+        ["workload=command", f"workload.argv=[{sys.executable},{script}]", "machine.device=cuda", "machine.memory_gib=80",
+         "global_batch_size=8", "accum=1", "split=1", "search=grid", "trial.time_limit_s=60", f"hydra.sweep.dir={tmp_path / 's'}"],
+        monkeypatch,
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("sweep: warning:")]
+    assert warnings == [
+        "sweep: warning: machine.memory_gib=80 is above this card's 16.0 GiB: trials use the card's 16.0 GiB "
+        "(set machine.memory_gib<=16.0 to emulate a smaller card)"
+    ], err

@@ -57,8 +57,9 @@ def test_dry_run_prints_candidates_for_a_gpu_machine_without_launching(tmp_path)
     assert not (tmp_path / "d").exists()
 
 
-def test_gpu_machine_on_a_cpu_host_fails_in_one_line(tmp_path):
-    proc = run_sweep(["+machine=a100x8", f"hydra.sweep.dir={tmp_path / 'd'}"], cwd=tmp_path)
+def test_gpu_machine_with_no_visible_gpu_fails_in_one_line(tmp_path):
+    # CUDA_VISIBLE_DEVICES="" hides any GPU this host has, so the count is 0 on every host.
+    proc = run_sweep(["+machine=a100x8", f"hydra.sweep.dir={tmp_path / 'd'}"], cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "machine=a100x8 needs 8 CUDA device(s) but this host has 0" in proc.stderr

@@ -39,8 +39,11 @@ def run_in_process(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 def test_trials_in_flight_see_disjoint_device_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from types import SimpleNamespace
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 1024**3, name=f"Fake80GB{i}"))
     script, ledger, sweep_dir = tmp_path / "train.py", tmp_path / "ledger", tmp_path / "sweep"
     script.write_text(SCRIPT)
     ledger.mkdir()
@@ -63,6 +66,7 @@ def test_trials_in_flight_see_disjoint_device_groups(tmp_path: Path, monkeypatch
     )
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
+    assert "warning" not in out.err  # machine.memory_gib=80 fits the reported 80 GiB cards
 
     rows = list(csv.DictReader((sweep_dir / "trials.csv").open()))
     assert {r["accum"]: r["status"] for r in rows} == {"1": "ok", "2": "ok", "4": "ok", "8": "ok"}, rows
@@ -87,3 +91,43 @@ def test_a_gpu_profile_needs_the_devices_torch_reports(tmp_path: Path, monkeypat
     err = capsys.readouterr().err
     assert code == 2
     assert "machine=a100x8 needs 8 CUDA device(s) but this host has 4" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "host_gpus, per_trial, visible, groups",
+    [
+        (4, 1, None, [(0,), (1,), (2,), (3,)]),
+        (4, 2, None, [(0, 1), (2, 3)]),
+        (3, 2, None, [(0, 1)]),  # the odd device stays idle rather than split a trial
+        (2, 1, "2,3", [(2,), (3,)]),  # one device out of many: the user's numbering reaches the jobs
+        (2, 2, "5,7", [(5, 7)]),
+        (2, 1, "GPU-1a2b,GPU-3c4d", [(0,), (1,)]),  # UUIDs cannot become submitit's visible_gpus
+        (4, 1, "", [(0,), (1,), (2,), (3,)]),
+        (1, 2, None, []),
+    ],
+)
+def test_device_groups_follow_the_users_cuda_visible_devices(host_gpus, per_trial, visible, groups) -> None:
+    from sweep.launch.backend import gpu_groups
+
+    assert gpu_groups(host_gpus, per_trial, visible) == groups
+
+
+def test_one_device_out_of_many_reaches_the_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """CUDA_VISIBLE_DEVICES=3 for sweep (torch then counts one device): the trial must get device 3, not 0."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    script, ledger, sweep_dir = tmp_path / "train.py", tmp_path / "ledger", tmp_path / "sweep"
+    script.write_text(SCRIPT.replace("time.sleep(3)", "time.sleep(0)"))
+    ledger.mkdir()
+    code = run_in_process(
+        [
+            "workload=command", f"workload.argv=[{sys.executable},{script},'{{accum}}',{ledger}]", "machine.device=cuda",
+            "machine.num_devices=1", "machine.memory_gib=80", "search=grid", "accum=1", "split=1", "trial.time_limit_s=60",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        monkeypatch,
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    assert json.loads((ledger / "accum1.json").read_text())["visible"] == "3"

@@ -144,8 +144,13 @@ def _two_rank_worker(rank: int, port: int, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         grads = RNNTWorkload(TINY, CPU, rank=rank, world_size=2).gradients(per_device_batch=4, accum=1, split=2)
+        # Two micro-batches per rank: the first under DDP's no_sync(), the second all-reduces both.
+        ddp = RNNTWorkload(TINY, CPU, rank=rank, world_size=2)
+        assert isinstance(ddp.ddp, torch.nn.parallel.DistributedDataParallel)
+        accumulated = ddp.gradients(per_device_batch=2, accum=2, split=2)
         if rank == 0:
             torch.save(grads, out / "grads.pt")
+            torch.save(accumulated, out / "grads_accum2.pt")
 
         # Only rank 1 gets a budget too small for its joint output: it runs out, rank 0 does not.
         configure_cpu_allocator()
@@ -183,9 +188,11 @@ def test_two_ranks_match_one_and_agree_on_an_oom(tmp_path):
             pytest.fail("ranks did not finish in 120 s: deadlock after a one-rank OOM?")
 
     single = RNNTWorkload(TINY, CPU).gradients(per_device_batch=8, accum=1, split=1)
-    two = torch.load(tmp_path / "grads.pt")
-    for name, g in single.items():
-        torch.testing.assert_close(two[name], g, rtol=1e-4, atol=1e-6, msg=f"{name} differs")
+    for file in ("grads.pt", "grads_accum2.pt"):
+        two = torch.load(tmp_path / file)
+        assert set(two) == set(single)
+        for name, g in single.items():
+            torch.testing.assert_close(two[name], g, rtol=1e-4, atol=1e-6, msg=f"{file}: {name} differs")
 
     for rank in (0, 1):
         outcome = (tmp_path / f"rank{rank}.txt").read_text()

@@ -31,6 +31,9 @@ class TrialConfig:
     max_measure_steps: int = 32  # cap on timed steps however noisy the trial (>= measure_steps)
     time_limit_s: float = 300.0  # a trial still running after this is stopped and recorded as timeout
     seed: int = 0  # data seed, identical for every candidate
+    # Fraction of device capacity an ok pair must leave free at its peak, in [0, 0.5); below it the pair
+    # is marked tight and not recommended over a roomier one ("fits in the finder, OOMs in training").
+    memory_margin: float = 0.05
 
 
 @dataclass

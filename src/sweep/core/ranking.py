@@ -166,13 +166,20 @@ def cli_flags(accum: int, split: int) -> str:
 
 
 def recommendation(
-    meta: SweepMeta, results: Mapping[str, TrialResult], confidence: int | None
+    meta: SweepMeta, results: Mapping[str, TrialResult], confidence: int | None, memory_margin: float | None = None
 ) -> dict[str, Any] | None:
-    """The rank-1 pair and everything needed to use it; None until something ran ok."""
+    """The fastest ok pair that is not tight, and everything needed to use it; None until something ran ok.
+
+    A tight pair (ok, but its peak leaves less than trial.memory_margin of the device) may OOM in
+    real training, so it is recommended only when every ok pair is tight; a faster tight pair is
+    named in `memory_note` with both figures.
+    """
     ranked = ranked_ok(results)
     if not ranked:
         return None
-    best = ranked[0]
+    roomy = [r for r in ranked if not r.tight]
+    best = roomy[0] if roomy else ranked[0]
+    note = _memory_note(best, ranked[0], not roomy, _margin_text(memory_margin), meta.throughput_unit or "samples/s", meta.splits_apply)
     base = baseline_key(results)
     base_tp = results[base].throughput if base else None
     return {
@@ -191,6 +198,9 @@ def recommendation(
         "flags": recommended_flags(meta, best),
         "throughput_unit": meta.throughput_unit,
         "splits_apply": meta.splits_apply,
+        "tight": bool(best.tight),
+        "headroom": best.headroom,
+        "memory_note": note,
     }
 
 
@@ -202,6 +212,31 @@ def recommended_flags(meta: SweepMeta, best: TrialResult) -> str:
         accum=best.accum, split=best.split, per_device_batch=best.per_device_batch, joint_batch=best.joint_batch,
         global_batch_size=meta.global_batch_size, num_devices=meta.num_devices, accum_x_devices=best.accum * meta.num_devices,
     )
+
+
+def _margin_text(margin: float | None) -> str:
+    return "trial.memory_margin" if margin is None else f"trial.memory_margin={margin:g}"
+
+
+def _memory_note(best: TrialResult, fastest: TrialResult, all_tight: bool, margin: str, unit: str, splits_apply: bool = True) -> str | None:
+    """One line when the memory margin changed or qualifies the answer; None when it did not."""
+
+    def pair(r: TrialResult) -> str:
+        return f"accum={r.accum} split={r.split}" if splits_apply is not False else f"accum={r.accum}"
+
+    if all_tight:
+        return f"{pair(best)} is tight: it leaves {_pct(best.headroom)} headroom, below {margin}; every ok pair does"
+    if fastest is best:
+        return None
+    faster = (fastest.throughput or 0.0) / (best.throughput or 1.0) - 1.0
+    return (
+        f"{pair(fastest)} is {faster:.0%} faster ({fastest.throughput:.1f} vs {best.throughput:.1f} {unit}) "
+        f"but leaves {_pct(fastest.headroom)} headroom, below {margin}"
+    )
+
+
+def _pct(fraction: float | None) -> str:
+    return "unknown" if fraction is None else f"{fraction:.0%}"
 
 
 def recommendation_line(rec: Mapping[str, Any] | None) -> str:
@@ -216,5 +251,7 @@ def recommendation_line(rec: Mapping[str, Any] | None) -> str:
             speed = "the least accumulation that ran ok is the fastest"
         else:
             speed = f"{rec['speedup']:.2f}x the accum={base} baseline" if rec.get("speedup") else "no baseline ran ok"
-        return f"recommended {rec['flags']} (accum={rec['accum']}): {speed}{conf}"
-    return f"recommended accum={rec['accum']} split={rec['split']}: {speed}{conf}"
+        line = f"recommended {rec['flags']} (accum={rec['accum']}): {speed}{conf}"
+    else:
+        line = f"recommended accum={rec['accum']} split={rec['split']}: {speed}{conf}"
+    return line + (f"\n{rec['memory_note']}" if rec.get("memory_note") else "")

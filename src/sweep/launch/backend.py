@@ -409,9 +409,16 @@ def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spe
     return Status.FAILED, None, f"the job ended ({state or 'unknown state'}) without writing a result; see {log}"
 
 
-def gpu_groups(host_gpus: int, per_trial: int) -> list[tuple[int, ...]]:
+def gpu_groups(host_gpus: int, per_trial: int, visible: str | None = None) -> list[tuple[int, ...]]:
     """Disjoint device groups for local trials, so side-by-side trials never share a GPU
-    (submitit's local executor would otherwise give every job devices 0..k-1)."""
+    (submitit's local executor would otherwise give every job devices 0..k-1).
+
+    visible: sweep's own CUDA_VISIBLE_DEVICES. submitit sets each job's CUDA_VISIBLE_DEVICES
+    from these numbers, replacing the user's, so `CUDA_VISIBLE_DEVICES=2,3` must give groups
+    of devices 2 and 3, not 0 and 1. UUIDs cannot be passed on as numbers: then 0..k-1.
+    """
     if per_trial < 1:
         return []
-    return [tuple(range(i * per_trial, (i + 1) * per_trial)) for i in range(host_gpus // per_trial)]
+    parts = [p.strip() for p in (visible or "").split(",") if p.strip()]
+    ids = [int(p) for p in parts] if parts and all(p.isdigit() for p in parts) and len(parts) >= host_gpus else list(range(host_gpus))
+    return [tuple(ids[i * per_trial : (i + 1) * per_trial]) for i in range(host_gpus // per_trial)]

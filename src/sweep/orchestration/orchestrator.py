@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import signal
 import sys
 import time
@@ -94,6 +95,15 @@ def check_runnable_here(plan: SweepPlan) -> None:
             f"machine={plan.meta.machine} needs {need} CUDA device(s) but this host has {have}: "
             f"run it on Slurm (hydra/launcher=submitit_slurm), or add dry_run=true to see its candidates"
         )
+    card_gib = local_cuda_memory_gib()
+    if card_gib is not None and plan.machine.memory_gib > card_gib:
+        # Not an error: the profile may describe a bigger card of the same family; trials use what is there.
+        print(
+            f"sweep: warning: machine.memory_gib={plan.machine.memory_gib:g} is above this card's {card_gib:.1f} GiB: "
+            f"trials use the card's {card_gib:.1f} GiB (set machine.memory_gib<={card_gib:.1f} to emulate a smaller card)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def local_cuda_devices() -> int:
@@ -101,6 +111,17 @@ def local_cuda_devices() -> int:
     import torch
 
     return torch.cuda.device_count()
+
+
+def local_cuda_memory_gib() -> float | None:
+    """The smallest local CUDA card's total memory in GiB; None without CUDA."""
+    import torch
+
+    try:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return min(torch.cuda.get_device_properties(i).total_memory for i in range(count)) / 1024**3 if count else None
+    except (RuntimeError, AssertionError, AttributeError):  # a driver that cannot say: no warning, the trials find out
+        return None
 
 
 class Orchestrator:
@@ -161,7 +182,7 @@ class Orchestrator:
         self._load_finished()
         self.executor = backends.make_executor(plan.launcher, plan.time_limit_s)
         if self.cluster == "local" and plan.machine.device == "cuda":
-            self.free_gpus = backends.gpu_groups(local_cuda_devices(), plan.meta.num_devices)
+            self.free_gpus = backends.gpu_groups(local_cuda_devices(), plan.meta.num_devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
         self._reattach()
         self._write_meta("running")
         point_latest(plan.sweep_dir)
@@ -290,7 +311,7 @@ class Orchestrator:
         from sweep.core.confidence import confidence_score
 
         conf = confidence_score(self.plan.candidates, self.results, done=done)
-        return recommendation(self.plan.meta, self.results, conf)
+        return recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin)
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """Rewrite trials.csv (and recommendation.yaml), update the display; the rows and recommendation."""

@@ -255,3 +255,6 @@ def _check_trial(trial: TrialConfig) -> None:
     limit = trial.time_limit_s
     if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not limit > 0:
         raise SweepError(f"trial.time_limit_s={limit!r} is not valid: expected a positive number of seconds")
+    margin = trial.memory_margin
+    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0 <= margin < 0.5:
+        raise SweepError(f"trial.memory_margin={margin!r} is not valid: expected a fraction of device memory in [0, 0.5), e.g. 0.05")

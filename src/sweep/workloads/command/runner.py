@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
 from sweep.core.spec import TrialSpec
+from sweep.launch.memory import TreeMemorySampler, is_tight
 
 PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
 PROGRESS_FILE = "progress.json"
@@ -89,14 +90,17 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         # A new session, so a timeout can stop the whole process tree (dataloader workers, ranks).
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         tail = LogTail(log_path)
+        sampler = _memory_sampler(proc.pid, spec).start()
         try:
             measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, skip, stop_after, limit, t0, live_rate)
         except BaseException:
             # Interrupted (Ctrl-C reaches the job too): never leave the training command behind.
             _stop(proc)
+            sampler.stop()
             raise
         measurements += parser.feed(tail.read_new()) + parser.close()
     code = proc.wait()
+    memory = sampler.stop()
 
     summary, why_not = None, ""
     if measurements:
@@ -107,6 +111,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     base = dict(
         **values, log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command",
         started_at=started_at, finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
+        peak_mem_gib=memory.peak_gib, capacity_gib=memory.capacity_gib, headroom=memory.headroom,
     )
     if timed_out:
         result = TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
@@ -117,9 +122,18 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     else:
         verdict = classify_failure(read_log_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns)
         result = TrialResult(status=verdict.status if verdict.status != Status.OK else Status.FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
+    result.tight = is_tight(result.status == Status.OK, result.headroom, spec.trial.memory_margin)
     write_result(result, trial_dir)
     print(f"accum={values['accum']} split={values['split']}: {result.status} {result.error}", flush=True)
     return result
+
+
+def _memory_sampler(pid: int, spec: TrialSpec) -> TreeMemorySampler:
+    """GPU profile: NVML, else the emulated cards. CPU profile: resident memory against the host's, even
+    on a host with GPUs, since nothing holds a user's command to machine.memory_gib there."""
+    if spec.machine.device == "cuda":
+        return TreeMemorySampler(pid, capacity_gib=float(spec.machine.memory_gib) * spec.num_devices)
+    return TreeMemorySampler(pid, capacity_gib=None, nvml_factory=lambda: None)
 
 
 def _job_id() -> str:

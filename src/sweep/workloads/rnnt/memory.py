@@ -16,7 +16,6 @@ import gc
 import resource
 import traceback
 from pathlib import Path
-from typing import Optional
 
 import torch
 
@@ -167,11 +166,11 @@ class MemoryBudget:
     run so that threads and lazily loaded kernels are in the baseline).
     """
 
-    def __init__(self, device: torch.device, memory_gib: Optional[float]) -> None:
+    def __init__(self, device: torch.device, memory_gib: float | None) -> None:
         self.device = torch.device(device)
         self.budget_bytes = None if memory_gib is None else int(float(memory_gib) * GIB)
         self.baseline_bytes = 0
-        self._saved_limit: Optional[tuple[int, int]] = None
+        self._saved_limit: tuple[int, int] | None = None
 
     def enforce(self) -> None:
         if self.budget_bytes is None:
@@ -201,7 +200,7 @@ class MemoryBudget:
             self._saved_limit = None
             _cpu_budget_active = False
 
-    def __enter__(self) -> "MemoryBudget":
+    def __enter__(self) -> MemoryBudget:
         self.enforce()
         return self
 
@@ -241,6 +240,12 @@ class PeakMemory:
         else:
             peak = resident_peak_bytes()
         return max(0, peak - self.baseline_bytes)
+
+    def reserved_peak_bytes(self) -> int | None:
+        """CUDA: the caching allocator's reserved peak, what the card really loses; None on CPU."""
+        if self.device.type != "cuda":
+            return None
+        return torch.cuda.max_memory_reserved(self.device)
 
     def peak_gib(self) -> float:
         return self.peak_bytes() / GIB

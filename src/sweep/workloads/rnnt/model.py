@@ -7,9 +7,10 @@ chunks, each chunk's backward accumulating into the cut outputs' gradients;
 then one backward through the encoder and prediction networks. Gradients
 accumulate over `accum` micro-batches, then one optimizer step.
 
-Losses are summed per utterance and divided by the global batch size, so the
-gradient is the same for every (accum, split, num_devices) at a fixed global
-batch: the sweep compares speed, never a different training run.
+Losses are summed per utterance and divided by the rank's samples per step;
+DistributedDataParallel averages over ranks, so the gradient is the same for
+every (accum, split, num_devices) at a fixed global batch: the sweep compares
+speed, never a different training run.
 
 Method names are part of the interface: OOM classification from logs reads
 the traceback's function names (`encode`, `predict`, `joint_and_loss`,
@@ -19,154 +20,24 @@ the traceback's function names (`encode`, `predict`, `joint_and_loss`,
 from __future__ import annotations
 
 import contextlib
-import itertools
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from sweep.workloads.rnnt.data import encoder_frames, length_spec, step_lengths
-from sweep.workloads.rnnt.memory import DeviceOOM, drop_exception, free_device_memory, is_oom_error, oom_summary
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER
-
-BLANK = 0
+from sweep.workloads.rnnt.data import encoder_frames, length_spec, step_lengths
+from sweep.workloads.rnnt.loss import BLANK, rnnt_loss, rnnt_loss_bruteforce  # noqa: F401 - model's public names
+from sweep.workloads.rnnt.memory import DeviceOOM, drop_exception, free_device_memory, is_oom_error, oom_summary
 
 # Status codes all ranks exchange before any gradient traffic. MAX picks the
 # one every rank reports, so a real bug (FAILED) outranks an OOM.
 _OK, _FAILED = 0, 4
 _PHASE_CODE = {PHASE_ENCODER: 1, PHASE_JOINT: 2, PHASE_OPTIMIZER: 3}
 _CODE_PHASE = {v: k for k, v in _PHASE_CODE.items()}
-
-
-# ---------------------------------------------------------------- loss
-
-
-def _lattice(log_probs: torch.Tensor, labels: torch.Tensor, blank: int):
-    """Blank and emission log-probs on the lattice, and C(t,u) = sum_{j<u} emit(t,j)."""
-    B, T, U1, _ = log_probs.shape
-    blank_lp = log_probs[..., blank]  # (B, T, U+1)
-    index = labels[:, None, :, None].expand(B, T, U1 - 1, 1)
-    emit_lp = log_probs[:, :, :-1, :].gather(3, index).squeeze(3)  # (B, T, U)
-    csum = torch.cat([log_probs.new_zeros(B, T, 1), emit_lp.cumsum(2)], dim=2)  # (B, T, U+1)
-    return blank_lp, emit_lp, csum
-
-
-class _RNNTLoss(torch.autograd.Function):
-    """NLL by forward variables, gradient by backward variables (the alpha-beta method).
-
-    Within a lattice row, emissions form a linear recurrence in log space,
-    solved in one shot by a cumulative sum and a log-cumsum-exp along u:
-
-        alpha(t,u) = C(t,u) + logcumsumexp_u[alpha(t-1,u) + blank(t-1,u) - C(t,u)]
-
-    Carrying a(t) = alpha(t) - C(t) leaves two ops per time step; everything
-    else is computed for all t at once. The loop over t is the only sequential
-    part, and it is the per-chunk cost of batch splitting, so it is kept
-    minimal, and its backward is written out rather than taped op by op.
-    """
-
-    @staticmethod
-    def forward(ctx, log_probs: torch.Tensor, labels: torch.Tensor, blank: int, ends=None) -> torch.Tensor:
-        blank_lp, emit_lp, csum = _lattice(log_probs.detach(), labels, blank)
-        B, T, U1 = blank_lp.shape
-        k = (csum[:, :-1] + blank_lp[:, :-1] - csum[:, 1:]).unbind(1)
-        rows = [log_probs.new_zeros(B, U1)]  # t = 0: alpha(0) = C(0), emissions only
-        for t in range(1, T):
-            rows.append(torch.logcumsumexp(rows[-1] + k[t - 1], dim=1))
-        alpha = torch.stack(rows, dim=1) + csum
-        # Padding lies after each utterance's last frame and token, so alpha up to
-        # (T_b - 1, U_b) never reads it: the utterance ends where its lengths say.
-        t_end, u_end = ends if ends is not None else (torch.full((B,), T - 1), torch.full((B,), U1 - 1))
-        t_end, u_end = t_end.to(alpha.device), u_end.to(alpha.device)
-        batch = torch.arange(B, device=alpha.device)
-        log_z = alpha[batch, t_end, u_end] + blank_lp[batch, t_end, u_end]
-        ctx.save_for_backward(labels, blank_lp, emit_lp, csum, alpha, log_z, t_end, u_end)
-        ctx.blank, ctx.shape, ctx.padded = blank, log_probs.shape, ends is not None
-        return -log_z
-
-    @staticmethod
-    def backward(ctx, grad_nll: torch.Tensor):
-        labels, blank_lp, emit_lp, csum, alpha, log_z, t_end, u_end = ctx.saved_tensors
-        B, T, U1 = blank_lp.shape
-        # Backward variables, the mirror image: b(t) = beta(t) + C(t) obeys
-        # b(t) = reverse-logcumsumexp_u[b(t+1) + C(t) - C(t+1) + blank(t)], so the
-        # rows are flipped in u once, up front, and flipped back once at the end.
-        kb = (csum[:, :-1] - csum[:, 1:] + blank_lp[:, :-1]).flip(2).unbind(1)
-        batch = torch.arange(B, device=blank_lp.device)
-        end_value = (blank_lp[batch, t_end, u_end] + csum[batch, t_end, u_end])[:, None].expand(B, U1)
-        if not ctx.padded:
-            rows = [end_value]
-            for t in range(T - 2, -1, -1):
-                rows.append(torch.logcumsumexp(rows[-1] + kb[t], dim=1))
-        else:
-            # Each utterance starts its backward recursion at its own last frame, with
-            # -inf past its last token (flipped: before index U1-1-U_b) and after its last frame.
-            neg_inf = blank_lp.new_tensor(float("-inf"))
-            past_last_token = torch.arange(U1, device=blank_lp.device)[None, :] < (U1 - 1 - u_end)[:, None]
-            start = end_value.masked_fill(past_last_token, float("-inf"))
-            rows = [torch.where((t_end == T - 1)[:, None], start, neg_inf)]
-            for t in range(T - 2, -1, -1):
-                step = torch.logcumsumexp(rows[-1] + kb[t], dim=1)
-                rows.append(torch.where((t_end == t)[:, None], start, torch.where((t_end > t)[:, None], step, neg_inf)))
-        beta = torch.stack(rows[::-1], dim=1).flip(2) - csum
-        scale = -grad_nll[:, None, None]
-        grad_blank = torch.zeros_like(blank_lp)
-        grad_blank[:, :-1] = torch.exp(alpha[:, :-1] + blank_lp[:, :-1] + beta[:, 1:] - log_z[:, None, None])
-        grad_blank[batch, t_end, u_end] = 1.0
-        grad_emit = torch.exp(alpha[:, :, :-1] + emit_lp + beta[:, :, 1:] - log_z[:, None, None])
-        grad = blank_lp.new_zeros(ctx.shape)
-        grad[..., ctx.blank] = grad_blank * scale
-        index = labels[:, None, :, None].expand(B, T, U1 - 1, 1)
-        grad[:, :, :-1, :].scatter_(3, index, (grad_emit * scale).unsqueeze(3))
-        return grad, None, None, None
-
-
-def rnnt_loss(
-    log_probs: torch.Tensor,
-    labels: torch.Tensor,
-    blank: int = BLANK,
-    frame_lens: Optional[torch.Tensor] = None,
-    label_lens: Optional[torch.Tensor] = None,
-) -> torch.Tensor:
-    """Per-utterance negative log-likelihood, shape (B,).
-
-    log_probs: (B, T, U+1, V) log-softmax output of the joint; labels: (B, U) in 1..V-1.
-    frame_lens, label_lens: (B,) lengths of padded utterances (T_b <= T, U_b <= U);
-    None means every utterance fills the tensor. Padded cells get zero gradient.
-    """
-    if frame_lens is None and label_lens is None:
-        return _RNNTLoss.apply(log_probs, labels, blank, None)
-    B, T, U1, _ = log_probs.shape
-    frame_lens = torch.full((B,), T) if frame_lens is None else frame_lens
-    label_lens = torch.full((B,), U1 - 1) if label_lens is None else label_lens
-    return _RNNTLoss.apply(log_probs, labels, blank, (frame_lens.long() - 1, label_lens.long()))
-
-
-def rnnt_loss_bruteforce(log_probs: torch.Tensor, labels: torch.Tensor, blank: int = BLANK) -> torch.Tensor:
-    """The same NLL by enumerating every alignment; exponential, for tests on tiny inputs."""
-    B, T, U1, _ = log_probs.shape
-    U = U1 - 1
-    out = []
-    for b in range(B):
-        paths = []
-        # An alignment is T-1+U moves from (0,0) to (T-1,U): U emissions, T-1 blanks,
-        # then the final blank at (T-1, U).
-        for emits in itertools.combinations(range(T - 1 + U), U):
-            t = u = 0
-            score = log_probs.new_zeros(())
-            for move in range(T - 1 + U):
-                if move in emits:
-                    score = score + log_probs[b, t, u, labels[b, u]]
-                    u += 1
-                else:
-                    score = score + log_probs[b, t, u, blank]
-                    t += 1
-            paths.append(score + log_probs[b, T - 1, U, blank])
-        out.append(-torch.logsumexp(torch.stack(paths), dim=0))
-    return torch.stack(out)
 
 
 # ---------------------------------------------------------------- model
@@ -209,6 +80,15 @@ class RNNT(nn.Module):
     def prediction_forward(self, labels: torch.Tensor) -> torch.Tensor:
         blank_prefixed = torch.cat([labels.new_full((labels.shape[0], 1), BLANK), labels], dim=1)
         return self.pred_rnn(self.embed(blank_prefixed))[0]
+
+    def forward(self, enc: torch.Tensor, pred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What DistributedDataParallel calls: a micro-batch's encoder and prediction outputs, unchanged.
+
+        The joint is cut off from the encoder (each chunk runs its own backward), so the backward
+        DDP must arm is the encoder's, which starts from these tensors; passing them through DDP's
+        forward, once the joint is done, lets every rank agree on an OOM before any gradient moves.
+        """
+        return enc, pred
 
     def joint_forward(self, enc: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
         hidden = self.joint_enc(enc)[:, :, None, :] + self.joint_pred(pred)[:, None, :, :]  # (B, T, U+1, H)
@@ -263,7 +143,7 @@ class SyntheticData:
         return feats, self.labels[rows, :U], enc_lens, torch.tensor(tokens)
 
 
-def autocast_dtype(precision: str, device: torch.device) -> Optional[torch.dtype]:
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for workload.precision on this device; None for fp32."""
     device = torch.device(device)
     if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
@@ -287,20 +167,31 @@ class _Failure:
     code: int
     message: str
     traceback_text: str = ""
-    error: Optional[BaseException] = None  # a non-OOM exception, re-raised as is on its own rank
+    error: BaseException | None = None  # a non-OOM exception, re-raised as is on its own rank
 
 
 class RNNTWorkload:
     """The RNN-T model, optimizer and synthetic data of one rank."""
 
     def __init__(
-        self, cfg, device: torch.device, rank: int = 0, world_size: int = 1, data_seed: Optional[int] = None
+        self, cfg, device: torch.device, rank: int = 0, world_size: int = 1, data_seed: int | None = None
     ) -> None:
         self.cfg = cfg
         self.device = torch.device(device)
         self.rank, self.world_size = rank, world_size
         torch.manual_seed(cfg.seed)  # same init on every rank, so no broadcast is needed
         self.model = RNNT(cfg).to(self.device)
+        # Several ranks: DDP all-reduces gradient buckets while the last micro-batch's backward runs
+        # (no_sync() on the others). The joint's parameters are not in that backward's graph (their
+        # gradients were accumulated chunk by chunk), so DDP must be told to look for them.
+        self.ddp: nn.parallel.DistributedDataParallel | None = None
+        if world_size > 1:
+            self.ddp = nn.parallel.DistributedDataParallel(
+                self.model,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=True,
+                broadcast_buffers=False,
+            )
         self.data = SyntheticData(cfg, cfg.seed if data_seed is None else data_seed, self.device)
         if cfg.optimizer == "adam":
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
@@ -311,17 +202,17 @@ class RNNTWorkload:
         self.amp_dtype = autocast_dtype(cfg.precision, self.device)
         # fp16 gradients underflow without loss scaling (the recipe's GradScaler); bf16 and fp32 need none.
         self.scaler = torch.amp.GradScaler(self.device.type) if self.amp_dtype == torch.float16 else None
-        self._phase: Optional[str] = None
+        self._phase: str | None = None
         # Called with the new phase on every change; memory tests hang peak resets on it.
-        self.on_phase: Optional[Callable[[Optional[str]], None]] = None
+        self.on_phase: Callable[[str | None], None] | None = None
 
     @property
-    def phase(self) -> Optional[str]:
+    def phase(self) -> str | None:
         """The part of the step in progress: PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER or None."""
         return self._phase
 
     @phase.setter
-    def phase(self, value: Optional[str]) -> None:
+    def phase(self, value: str | None) -> None:
         self._phase = value
         if self.on_phase is not None:
             self.on_phase(value)
@@ -353,26 +244,47 @@ class RNNTWorkload:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         return loss.detach()
 
-    def backward_encoder(self, enc: torch.Tensor, pred: torch.Tensor, enc_grad: torch.Tensor, pred_grad: torch.Tensor) -> None:
-        torch.autograd.backward([enc, pred], [enc_grad, pred_grad])
+    def backward_encoder(
+        self, enc: torch.Tensor, pred: torch.Tensor, enc_grad: torch.Tensor, pred_grad: torch.Tensor, sync: bool = False
+    ) -> None:
+        """The encoder and prediction backward; with sync (the last micro-batch), DDP all-reduces every
+        gradient (accumulated over all micro-batches) bucket by bucket while it runs."""
+        self.phase = PHASE_ENCODER
+        if self.ddp is None:
+            torch.autograd.backward([enc, pred], [enc_grad, pred_grad])
+            return
+        with contextlib.nullcontext() if sync else self.ddp.no_sync():
+            enc, pred = self.ddp(enc, pred)
+            torch.autograd.backward([enc, pred], [enc_grad, pred_grad])
 
     def optimizer_step(self) -> None:
-        if self.world_size > 1:
-            for p in self.model.parameters():
-                if p.grad is not None:
-                    dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # in place: nothing new to allocate
+        # Gradients are all-reduced already: DDP did it during the last micro-batch's backward.
         if self.scaler is not None:
             self.scaler.step(self.optimizer)  # unscales; skips the step on inf/nan, as the recipe does
             self.scaler.update()
         else:
             self.optimizer.step()
 
-    def micro_batch(self, per_device_batch: int, accum: int, split: int, step_index: int, micro_index: int) -> torch.Tensor:
-        """Forward and backward of one micro-batch, gradients added to .grad; returns its loss."""
+    def micro_batch(
+        self, per_device_batch: int, accum: int, split: int, step_index: int, micro_index: int, sync: bool = False
+    ) -> torch.Tensor:
+        """Forward and backward of one micro-batch, gradients added to .grad; returns its loss.
+
+        sync: all-reduce the accumulated gradients during this backward (the last micro-batch).
+        """
+        *tensors, loss = self.forward_and_joint(per_device_batch, accum, split, step_index, micro_index)
+        self.backward_encoder(*tensors, sync=sync)
+        return loss
+
+    def forward_and_joint(
+        self, per_device_batch: int, accum: int, split: int, step_index: int, micro_index: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A micro-batch up to its encoder backward: (enc, pred, their gradients, loss)."""
         global_batch = per_device_batch * accum * self.world_size
         first = (self.rank * accum + micro_index) * per_device_batch  # each rank takes a contiguous share
         feats, labels, frame_lens, label_lens = self.data.padded_batch(step_index, first, per_device_batch, global_batch)
-        scale = 1.0 / global_batch
+        # The mean over this rank's samples: DDP's all-reduce averages over ranks, giving the global mean.
+        scale = 1.0 / (per_device_batch * accum)
         self.phase = PHASE_ENCODER
         with self._autocast():
             enc, pred = self.encode(feats), self.predict(labels)
@@ -391,9 +303,7 @@ class RNNTWorkload:
             loss += self.joint_and_loss(
                 enc_cut[chunk, :T], pred_cut[chunk, : U + 1], labels[chunk, :U], scale, frame_lens[chunk], label_lens[chunk]
             )
-        self.phase = PHASE_ENCODER
-        self.backward_encoder(enc, pred, enc_cut.grad, pred_cut.grad)
-        return loss
+        return enc, pred, enc_cut.grad, pred_cut.grad, loss
 
     # -- whole steps
 
@@ -406,7 +316,7 @@ class RNNTWorkload:
         "could not create a primitive" rather than an allocator error. Chunks
         of one sample keep the joint's share small.
         """
-        self.micro_batch(per_device_batch, 1, per_device_batch, step_index=0, micro_index=0)
+        self.micro_batch(per_device_batch, 1, per_device_batch, step_index=0, micro_index=0, sync=False)
         self.model.zero_grad(set_to_none=True)
         self.phase = None
 
@@ -420,12 +330,7 @@ class RNNTWorkload:
     def gradients(self, per_device_batch: int, accum: int, split: int, step_index: int = 0) -> dict[str, torch.Tensor]:
         """The (all-reduced) gradient one step would apply, without applying it; for equivalence tests."""
         self._accumulate(per_device_batch, accum, split, step_index)
-        grads = {}
-        for name, p in self.model.named_parameters():
-            g = p.grad.detach().clone()
-            if self.world_size > 1:
-                dist.all_reduce(g, op=dist.ReduceOp.SUM)
-            grads[name] = g
+        grads = {name: p.grad.detach().clone() for name, p in self.model.named_parameters()}
         self.phase = None
         return grads
 
@@ -434,15 +339,20 @@ class RNNTWorkload:
             raise ValueError(f"per_device_batch={per_device_batch} is not a positive multiple of split={split}")
         self.model.zero_grad(set_to_none=True)
 
-        def all_micro_batches() -> None:
-            for m in range(accum):
-                self.micro_batch(per_device_batch, accum, split, step_index, m)
+        last: list[tuple[torch.Tensor, ...]] = []
 
-        # Every rank reports before any gradient traffic, so a rank that ran out of
-        # memory (or broke) cannot leave the others waiting in an all-reduce.
-        self._all_ranks_or_raise(self._guard(all_micro_batches))
+        def up_to_the_last_backward() -> None:
+            for m in range(accum - 1):
+                self.micro_batch(per_device_batch, accum, split, step_index, m, sync=False)
+            last.append(self.forward_and_joint(per_device_batch, accum, split, step_index, accum - 1)[:4])
 
-    def _guard(self, fn: Callable[[], None]) -> Optional[_Failure]:
+        # Every rank reports before any gradient traffic, so a rank that ran out of memory (or broke)
+        # in a forward or a joint cannot leave the others waiting in an all-reduce. The last encoder
+        # backward then all-reduces as it goes; an OOM inside it on one rank alone is not agreed on.
+        self._all_ranks_or_raise(self._guard(up_to_the_last_backward))
+        self._all_ranks_or_raise(self._guard(lambda: self.backward_encoder(*last.pop(), sync=True)))
+
+    def _guard(self, fn: Callable[[], None]) -> _Failure | None:
         """Run fn; turn an exception into a _Failure with the big tensors it pinned released."""
         try:
             fn()
@@ -459,7 +369,7 @@ class RNNTWorkload:
         free_device_memory(self.device)
         return failure
 
-    def _all_ranks_or_raise(self, failure: Optional[_Failure]) -> None:
+    def _all_ranks_or_raise(self, failure: _Failure | None) -> None:
         code, first_rank, message = (failure.code if failure else _OK), self.rank, failure.message if failure else ""
         if self.world_size > 1:
             comm = self.device if dist.get_backend() == "nccl" else torch.device("cpu")

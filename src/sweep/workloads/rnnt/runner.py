@@ -13,22 +13,22 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import torch
 import torch.distributed as dist
 
-from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
 from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
+from sweep.launch.memory import headroom, is_tight
+from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
 from sweep.workloads.rnnt.model import RNNTWorkload
 
 GIB = 1024**3
 _startup_counted = False  # whether an earlier run_trial in this process already counted start-up
 
 
-def _process_age_s() -> Optional[float]:
+def _process_age_s() -> float | None:
     """Seconds since this process started, so wall_s includes interpreter and torch start-up."""
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
@@ -83,6 +83,23 @@ def _init_distributed(num_devices: int, backend: str) -> tuple[int, int, int]:
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def _record_memory(result: TrialResult, peak: PeakMemory, memory_gib: float, margin: float) -> None:
+    """Peak, capacity, headroom and tight of one rank (rank 0's are recorded; ranks train alike).
+
+    CUDA: headroom counts the reserved peak (the allocator keeps what it reserved) against the
+    card, capped at machine.memory_gib; CPU: the resident peak against the emulated budget.
+    """
+    result.peak_mem_gib = peak.peak_bytes() / GIB
+    reserved = peak.reserved_peak_bytes()
+    capacity = float(memory_gib)
+    if reserved is not None:
+        result.peak_reserved_gib = reserved / GIB
+        capacity = min(capacity, torch.cuda.get_device_properties(peak.device).total_memory / GIB)
+    result.capacity_gib = capacity
+    result.headroom = headroom(result.peak_reserved_gib if reserved is not None else result.peak_mem_gib, capacity)
+    result.tight = is_tight(result.status == Status.OK, result.headroom, margin)
+
+
 def run_trial(spec: TrialSpec) -> TrialResult:
     """Run one (accum, split) trial as `spec` says; rank 0 writes the result record and returns it."""
     global _startup_counted
@@ -114,9 +131,9 @@ def run_trial(spec: TrialSpec) -> TrialResult:
     )
     rank, world_size = 0, 1
     say = lambda msg: print(msg, flush=True)  # noqa: E731
-    budget: Optional[MemoryBudget] = None
-    peak: Optional[PeakMemory] = None
-    error: Optional[BaseException] = None
+    budget: MemoryBudget | None = None
+    peak: PeakMemory | None = None
+    error: BaseException | None = None
     try:
         if machine.cpu_threads:
             torch.set_num_threads(int(machine.cpu_threads))
@@ -166,7 +183,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         if is_oom_error(exc):  # outside a step: no (accum, split) can fix it, so not an "oom" candidate
             result.error = f"out of memory before the first step (the model does not fit): {result.error}"
     if peak is not None:
-        result.peak_mem_gib = peak.peak_bytes() / GIB
+        _record_memory(result, peak, machine.memory_gib, float(trial.memory_margin))
     result.finished_at = now_iso()
     result.wall_s = startup_s + time.perf_counter() - t_start
     if result.status == Status.OK:
