@@ -195,17 +195,6 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def read_log_tail(path: str | Path, max_bytes: int = 64 * 1024) -> str:
-    """The end of a log (where the traceback is), without reading a gigabyte log whole."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - max_bytes))
-            return f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
 def trial_dir(sweep_dir: Path, key: str) -> Path:
     return Path(sweep_dir) / "trials" / key
 

@@ -105,7 +105,7 @@ def scan_file(path: str | os.PathLike[str], parser: Parser, chunk_size: int = DE
 
 
 def read_tail(path: str | os.PathLike[str], max_bytes: int = 64 << 10) -> str:
-    """The last max_bytes of a log as text, from its first whole line; "" if the file is missing.
+    """The last max_bytes of a log as text, from its first whole line; "" if it cannot be read.
 
     Enough for a traceback and the lines before it, whatever the log's size.
     """
@@ -116,7 +116,7 @@ def read_tail(path: str | os.PathLike[str], max_bytes: int = 64 << 10) -> str:
             # One byte more, to see whether `start` falls at the beginning of a line.
             f.seek(max(0, start - 1))
             data = f.read(max_bytes + (start > 0))
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
+    except OSError:  # missing, unreadable, a directory, a vanished network mount: no tail to show
         return ""
     if start > 0:
         cut = first_break(data)  # drop the torn first line (or just the line break before `start`)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
+from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
 
@@ -66,7 +66,7 @@ def fill(text: str, values: Mapping[str, int]) -> str:
 
 def run_command_trial(spec: TrialSpec) -> TrialResult:
     """Run the user's command for one candidate and write the trial's result record."""
-    from sweep.parsers import LogTail, classify_failure, make_parser, select_measurement
+    from sweep.parsers import LogTail, classify_failure, make_parser, read_tail, select_measurement
 
     wl = spec.workload
     trial_dir = Path(spec.trial_dir)
@@ -109,7 +109,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     elif code == 0:
         result = TrialResult(status=Status.FAILED, error=f"exited 0 but printed no throughput the {parser_spec.get('type', 'myrtle')} parser recognises; see {log_path}", **base)
     else:
-        verdict = classify_failure(read_log_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns)
+        verdict = classify_failure(read_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns)
         result = TrialResult(status=verdict.status if verdict.status != Status.OK else Status.FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
     write_result(result, trial_dir)
     print(f"accum={values['accum']} split={values['split']}: {result.status} {result.error}", flush=True)
