@@ -22,9 +22,10 @@ prediction. `p_exceeds` >= OOM_PROBABILITY counts as "predicted OOM".
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Iterable, Protocol, Sequence
+from typing import Protocol
 
 from sweep.core.schema import OK, OOM, TrialResult
 
@@ -201,6 +202,8 @@ def student_t_cdf(t: float, dof: int) -> float:
 
 
 def student_t_quantile(p: float, dof: int) -> float:
+    if dof > 200:  # where student_t_cdf is the normal's
+        return _STD.inv_cdf(p)
     lo, hi = -1e3, 1e3
     for _ in range(100):
         mid = 0.5 * (lo + hi)

@@ -9,21 +9,21 @@ handful of steps a short trial can afford.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
+from statistics import median
 
-
-def median(values: Sequence[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    if n == 0:
-        raise ValueError("median of no values")
-    mid = n // 2
-    return s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+# median is re-exported: the one median (it raises StatisticsError, a ValueError, on no data).
+__all__ = ["median", "median_coverage", "median_interval_ranks", "throughput_summary"]
 
 
 def _binom_cdf(k: int, n: int) -> float:
     """P(X <= k) for X ~ Binomial(n, 1/2)."""
     return sum(math.comb(n, i) for i in range(0, k + 1)) / 2**n
+
+
+def median_coverage(n: int, lo_rank: int) -> float:
+    """P(the true median lies in [x_(lo_rank), x_(n-1-lo_rank)]) for n samples: 1 - 2 P(Binomial(n, 1/2) <= lo_rank)."""
+    return 1.0 - 2.0 * _binom_cdf(lo_rank, n)
 
 
 def median_interval_ranks(n: int, level: float = 0.95) -> tuple[int, int]:

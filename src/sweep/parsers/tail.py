@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator, Protocol
+from typing import BinaryIO, Protocol
 
 from sweep.parsers.lines import Measurement, first_break
 
@@ -60,7 +61,7 @@ class LogTail:
         self._identity = None
         self.offset = 0
 
-    def __enter__(self) -> "LogTail":
+    def __enter__(self) -> LogTail:
         return self
 
     def __exit__(self, *exc: object) -> None:
