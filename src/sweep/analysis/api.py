@@ -74,6 +74,7 @@ import pandas as pd
 
 from sweep.core.ranking import TABLE_COLUMNS
 from sweep.core.schema import ALL_STATUSES, OOM_PHASES, SCHEMA_VERSION
+from sweep.errors import LoadError  # defined there; still importable from here
 
 TRIALS_CSV = "trials.csv"
 SWEEP_JSON = "sweep.json"
@@ -145,10 +146,6 @@ COMPARE_COLUMNS = [
 _SWEEP_LEVEL = ["sweep_id", "machine", "workload", "global_batch_size", "num_devices"]
 
 Source = Union[str, "os.PathLike[str]"]
-
-
-class LoadError(ValueError):
-    """Sweep results that cannot be read; the message is one line naming the path and what to do."""
 
 
 def empty_frame() -> pd.DataFrame:

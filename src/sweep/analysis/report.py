@@ -32,10 +32,7 @@ from sweep.core.table import (
     status_cell,
     sweep_table,
 )
-
-
-class ReportError(ValueError):
-    """Bad input for the report; one line naming the path and what is expected."""
+from sweep.errors import ReportError  # defined there; still importable from here
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sweep.core.stats import median, median_coverage, median_interval_ranks
+from sweep.errors import ThroughputError  # defined there; still importable from here
 from sweep.parsers.lines import Measurement
 
 SAMPLES_PER_S = "samples/s"
@@ -32,10 +33,6 @@ FIGURE_UNITS = (SAMPLES_PER_S, TOKENS_PER_S, S_PER_STEP, MS_PER_STEP, STEPS_PER_
 
 # Roles of a figure in the summary.
 MEASURED, WARMUP, IGNORED = "measured", "warm-up", "ignored"
-
-
-class ThroughputError(ValueError):
-    """A figure that cannot become a throughput with what is known; one line naming what is missing."""
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,11 @@ from typing import Any, Mapping, Sequence
 from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
+from sweep.errors import TemplateError  # defined there; still importable from here
 
 PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
 PROGRESS_FILE = "progress.json"
 LOG_NAME = "command.log"
-
-
-class TemplateError(ValueError):
-    """A command template that cannot be filled; one line naming the bad part."""
 
 
 def template_fields(text: str) -> list[str]:
