@@ -119,11 +119,6 @@ def test_in_flight_pairs_count_as_untried():
     assert "accum4_split2" in {c.key for c, _ in open_pairs(ALL, results)}
 
 
-def test_done_does_not_change_the_estimate():
-    results = grid_results(LANDSCAPES["noisy"])
-    assert confidence_score(ALL, results, done=True) == confidence_score(ALL, results, done=False)
-
-
 def test_never_100_even_with_everything_settled():
     results = grid_results(LANDSCAPES["typical"].with_(step_noise=1e-4, steps=30))
     assert leader_probability(results) == pytest.approx(1.0)

@@ -159,15 +159,13 @@ def open_pairs(
 def confidence_score(
     candidates: Sequence[Candidate],
     results: Mapping[str, TrialResult],
-    done: bool = False,
     predicted_oom: Mapping[str, float] | None = None,
 ) -> int | None:
     """0..99: how likely the leader is the fastest feasible pair; None when no trial ran ok.
 
-    In-flight pairs count as untried. predicted_oom: see open_pairs. `done` does not change the estimate: it rests on
-    the results alone, so an interim score and a final one mean the same thing.
+    In-flight pairs count as untried. predicted_oom: see open_pairs. Whether the search has ended is not an
+    input: the score rests on the results alone, so an interim score and a final one mean the same thing.
     """
-    del done
     p = leader_probability(results)
     if p is None:
         return None

@@ -286,17 +286,17 @@ class Orchestrator:
         self._shown_live = live
         return changed and bool(live)
 
-    def _recommendation(self, done: bool) -> dict[str, Any] | None:
+    def _recommendation(self) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score
 
-        conf = confidence_score(self.plan.candidates, self.results, done=done)
+        conf = confidence_score(self.plan.candidates, self.results)
         return recommendation(self.plan.meta, self.results, conf)
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """Rewrite trials.csv (and recommendation.yaml), update the display; the rows and recommendation."""
         rows = self._rows(done)
         atomic_write_text(self.plan.sweep_dir / TABLE_FILE, table_csv(rows))
-        rec = self._recommendation(done)
+        rec = self._recommendation()
         if rec is not None:
             atomic_write_text(self.plan.sweep_dir / RECOMMENDATION_FILE, yaml.safe_dump(rec, sort_keys=False))
             marker = (rec["accum"], rec["split"], rec["confidence"])
