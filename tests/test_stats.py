@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sweep.core.stats import median_coverage, median_interval_ranks, throughput_summary
+from sweep.core.stats import median_interval_ranks, throughput_summary
 
 
 @pytest.mark.parametrize("n, expected", [(1, (0, 0)), (2, (0, 1)), (5, (0, 4)), (6, (0, 5)), (9, (1, 7)), (20, (5, 14))])
@@ -26,7 +26,3 @@ def test_interval_always_contains_the_median(times):
     assert lo <= mid * (1 + 1e-9) and mid <= hi * (1 + 1e-9)
     assert mid == pytest.approx(8 / statistics.median(times))  # the median step, not the mean
 
-
-@pytest.mark.parametrize("n, lo_rank, coverage", [(5, 0, 1 - 2 / 32), (6, 0, 1 - 2 / 64), (9, 1, 1 - 2 * 10 / 512)])
-def test_median_coverage_is_the_binomial_probability(n, lo_rank, coverage):
-    assert median_coverage(n, lo_rank) == pytest.approx(coverage)

@@ -13,17 +13,12 @@ from collections.abc import Sequence
 from statistics import median
 
 # median is re-exported: the one median (it raises StatisticsError, a ValueError, on no data).
-__all__ = ["median", "median_coverage", "median_interval_ranks", "throughput_summary"]
+__all__ = ["median", "median_interval_ranks", "throughput_summary"]
 
 
 def _binom_cdf(k: int, n: int) -> float:
     """P(X <= k) for X ~ Binomial(n, 1/2)."""
     return sum(math.comb(n, i) for i in range(0, k + 1)) / 2**n
-
-
-def median_coverage(n: int, lo_rank: int) -> float:
-    """P(the true median lies in [x_(lo_rank), x_(n-1-lo_rank)]) for n samples: 1 - 2 P(Binomial(n, 1/2) <= lo_rank)."""
-    return 1.0 - 2.0 * _binom_cdf(lo_rank, n)
 
 
 def median_interval_ranks(n: int, level: float = 0.95) -> tuple[int, int]:

@@ -14,10 +14,11 @@ distribution-free 95% interval (core/stats.py), whatever the unit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sweep.core.stats import median, median_coverage, median_interval_ranks
+from sweep.core.stats import median, median_interval_ranks
 from sweep.errors import ThroughputError  # defined there; still importable from here
 from sweep.parsers.lines import Measurement
 
@@ -130,7 +131,8 @@ def interval(values: Sequence[float], level: float = 0.95) -> tuple[float | None
         return None, None, "one figure only: its interval is unknown"
     s = sorted(values)
     lo, hi = median_interval_ranks(n, level)
-    coverage = median_coverage(n, lo)
+    # P(true median inside [x_(lo), x_(hi)]) = 1 - 2 P(Binomial(n, 1/2) <= lo)
+    coverage = 1.0 - 2.0 * sum(math.comb(n, i) for i in range(lo + 1)) / 2**n
     note = "" if coverage >= level else f"only {n} figures: the interval is their range, {coverage:.0%} coverage, not 95%"
     return s[lo], s[hi], note
 
