@@ -156,3 +156,12 @@ def test_an_older_trials_csv_without_the_new_columns_still_loads(tmp_path: Path)
     df = load(sweep)
     assert df["throughput_unit"].isna().all() and df["tight"].isna().all() and df["capacity_gib"].isna().all()
     assert "samples/s" in report.plain_table(df).splitlines()[0]
+
+
+def test_a_live_figure_without_a_unit_takes_the_sweeps_unit() -> None:
+    cands = enumerate_candidates(16, 1, [1, 2, 4], [1])
+    table_rows = build_table(META, cands, {"accum1_split1": result(1, 1, throughput_unit="tokens/s")},
+                             running={"accum2_split1"}, live_throughput={"accum2_split1": 150.0})
+    table = sweep_table(table_rows)
+    assert "tokens/s" in table.headers and "samples/s" not in table.headers and table.legend == ()
+    assert ["150.0"] == [c[table.headers.index("tokens/s")] for r, c in zip(table.rows, table.cells()) if r.status == "running"]

@@ -141,6 +141,8 @@ def build_table(
                 row["reason"] = "not run: the search ruled it out (OOM implied, or it cannot beat the leader)"
             if live_throughput and cand.key in live_throughput:
                 row["throughput_samples_per_s"] = live_throughput[cand.key]
+                # The workload reports it in the sweep's unit (SweepMeta.throughput_unit where the meta has one).
+                row["throughput_unit"] = getattr(meta, "throughput_unit", None)
         else:
             row.update(
                 status=res.status,

@@ -47,7 +47,7 @@ class Row:
     throughput: float | None = None
     throughput_low: float | None = None
     throughput_high: float | None = None
-    throughput_unit: str = DEFAULT_UNIT
+    throughput_unit: str | None = None  # None: not known for this row (a running trial's live figure)
     speedup: float | None = None
     steps_measured: int | None = None
     peak_mem_gib: float | None = None
@@ -138,7 +138,7 @@ def row_from_mapping(r: Mapping[str, Any]) -> Row:
         throughput=_opt(r.get("throughput_samples_per_s"), float),
         throughput_low=_opt(r.get("throughput_low_samples_per_s"), float),
         throughput_high=_opt(r.get("throughput_high_samples_per_s"), float),
-        throughput_unit=DEFAULT_UNIT if _missing(unit) or not unit else str(unit),
+        throughput_unit=None if _missing(unit) or not unit else str(unit),
         speedup=_opt(r.get("speedup"), float),
         steps_measured=_opt(r.get("steps_measured"), int),
         peak_mem_gib=_opt(r.get("peak_mem_gib"), float),
@@ -185,11 +185,16 @@ def sweep_table(
         show_split = any(r.split != 1 for r in typed)
     shown = typed if show_invalid else [r for r in typed if r.status not in _COUNTED]
 
-    all_units = {r.throughput_unit for r in shown if r.throughput is not None}
+    # The header is the results' unit; a row that does not say (a live figure, an old trials.csv) is in the
+    # sweep's unit, samples/s only when no row says otherwise.
+    all_units = {r.throughput_unit for r in shown if r.throughput is not None and r.throughput_unit}
     mixed = len(all_units) > 1
     unit = next(iter(all_units)) if len(all_units) == 1 else DEFAULT_UNIT
     if mixed:
-        tp = Column("throughput", lambda r: _num(r.throughput, "{:,.1f}") + (f" {r.throughput_unit}" if r.throughput is not None else ""))
+        def with_unit(r: Row) -> str:
+            return "" if r.throughput is None else f"{r.throughput:,.1f} {r.throughput_unit or '(unit unknown)'}"
+
+        tp = Column("throughput", with_unit)
     else:
         tp = Column(unit, lambda r: _num(r.throughput, "{:,.1f}"))
 
