@@ -165,3 +165,17 @@ def test_a_live_figure_without_a_unit_takes_the_sweeps_unit() -> None:
     table = sweep_table(table_rows)
     assert "tokens/s" in table.headers and "samples/s" not in table.headers and table.legend == ()
     assert ["150.0"] == [c[table.headers.index("tokens/s")] for r, c in zip(table.rows, table.cells()) if r.status == "running"]
+
+
+def test_the_live_view_renders_the_same_model_with_its_legend() -> None:
+    from rich.console import Console
+
+    from sweep.orchestration.display import Display
+
+    display = Display(live=False, stream=io.StringIO())
+    display.update(rows([result(1, 1, stopped_early="raced"), result(2, 1)]), "2 finished, 0 running")
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(display._render())
+    text = buf.getvalue()
+    assert text.split()[:3] == ["rank", "accum", "split"] and "steps" in text
+    assert "early = racing stopped it" in text and text.rstrip().endswith("2 finished, 0 running")
