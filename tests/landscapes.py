@@ -22,8 +22,8 @@ import dataclasses
 import heapq
 import math
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from sweep.core.schema import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
 from sweep.core.space import Candidate, enumerate_candidates
@@ -140,7 +140,7 @@ class Landscape:
         res.throughput, res.throughput_low, res.throughput_high = throughput_summary(times, self.global_batch_size)
         return res
 
-    def with_(self, **changes: object) -> "Landscape":
+    def with_(self, **changes: object) -> Landscape:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
@@ -202,6 +202,122 @@ def random_landscape(rng: random.Random) -> Landscape:
     )
 
 
+# --- Out of sample: a family the confidence priors were NOT fitted on ---------------------------
+# The priors in core/confidence.py were fitted on random_landscape above (affine step time, two
+# deterministic memory phases, lognormal noise). This family differs in every part that matters:
+# step time from a compute roofline with tile padding and per-chunk launches, memory with an
+# allocator reserve, padding and a ragged cliff, and heavy-tailed step noise with periodic stalls.
+
+
+def _padded(batch: int, tile: int) -> int:
+    return -(-batch // tile) * tile
+
+
+@dataclass(frozen=True)
+class RooflineLandscape(Landscape):
+    """Compute-bound model: a micro-batch runs at roof * utilisation(batch), utilisation = b / (b + half)."""
+
+    name: str = "roofline"
+    enc_roof: float = 4000.0  # encoder samples/s per device at full utilisation
+    enc_half: float = 16.0  # per-device batch at half utilisation
+    joint_roof: float = 6000.0  # joint samples/s at full utilisation
+    joint_half: float = 4.0
+    tile: int = 8  # the joint pads its batch to a multiple of this (tensor-core tiles)
+    launch_s: float = 0.002  # per joint chunk (kernel launches, loss, bookkeeping)
+    allreduce_s: float = 0.01  # per optimizer step and log2(devices)
+    act_gib: float = 0.4  # encoder activations per sample of the per-device batch
+    joint_tile_gib: float = 2.0  # joint activations per sample of the padded joint batch
+    reserve: float = 0.08  # share of the budget the allocator keeps (fragmentation)
+    cliff: float = 0.04  # pairs within this share below the limit OOM when their hash says so
+    tail_dof: int = 3  # Student-t degrees of freedom of the per-step noise
+    stall_every: int = 0  # every n-th timed step stalls (data loader, checkpoint); 0: never
+    stall_factor: float = 1.5
+
+    def peaks(self, c: Candidate) -> tuple[float, float]:
+        encoder = self.base_gib + self.act_gib * c.per_device_batch
+        return encoder, encoder + self.joint_tile_gib * _padded(c.joint_batch, self.tile)
+
+    def outcome(self, c: Candidate) -> tuple[str, str | None]:
+        limit = self.budget_gib * (1.0 - self.reserve)
+        encoder, joint = self.peaks(c)
+        if encoder > limit:
+            return OOM, PHASE_ENCODER
+        # Near the limit fragmentation decides, pair by pair: a ragged edge, not a clean line.
+        ragged = random.Random(f"cliff/{self.name}/{c.key}").random() < 0.5
+        if joint > limit or (joint > limit * (1.0 - self.cliff) and ragged):
+            return OOM, PHASE_JOINT
+        if c.key in self.fails:
+            return FAILED, None
+        return OK, None
+
+    def step_time_s(self, c: Candidate) -> float:
+        p, j = c.per_device_batch, _padded(c.joint_batch, self.tile)
+        encoder = p / (self.enc_roof * p / (p + self.enc_half))
+        joint = j / (self.joint_roof * j / (j + self.joint_half)) + self.launch_s
+        return c.accum * (encoder + c.split * joint) + self.allreduce_s * max(1.0, math.log2(self.num_devices))
+
+    def trial(self, c: Candidate, rng: random.Random) -> TrialResult:
+        status, phase = self.outcome(c)
+        encoder, joint = self.peaks(c)
+        res = TrialResult(accum=c.accum, split=c.split, per_device_batch=c.per_device_batch, joint_batch=c.joint_batch,
+                          global_batch_size=self.global_batch_size, num_devices=self.num_devices, status=status,
+                          oom_phase=phase, device="sim")
+        res.peak_mem_gib = self.base_gib if phase == PHASE_ENCODER else encoder if status == OOM else joint
+        if status != OK:
+            res.error = f"simulated {status}" + (f" in {phase}" if phase else "")
+            return res
+        offset = math.exp(rng.gauss(0.0, self.trial_noise))
+        scale = self.step_noise / math.sqrt(self.tail_dof / (self.tail_dof - 2))  # unit variance t, then step_noise
+        times = []
+        for i in range(self.steps):
+            t_draw = rng.gauss(0.0, 1.0) / math.sqrt(sum(rng.gauss(0.0, 1.0) ** 2 for _ in range(self.tail_dof)) / self.tail_dof)
+            t = self.step_time_s(c) * offset * max(0.5, 1.0 + scale * t_draw)
+            if self.stall_every and (i + 1) % self.stall_every == 0:
+                t *= self.stall_factor
+            times.append(t)
+        res.step_times_s = times
+        res.throughput, res.throughput_low, res.throughput_high = throughput_summary(times, self.global_batch_size)
+        return res
+
+
+def random_roofline_landscape(rng: random.Random) -> RooflineLandscape:
+    """A roofline landscape with randomised roofs, memory and noise: the out-of-sample calibration family."""
+    per_device_total = rng.choice([16, 32, 64, 128, 256])
+    devices = rng.choice([1, 2, 4, 8, 16])
+    budget, base = rng.choice([24.0, 40.0, 80.0]), rng.uniform(2.0, 12.0)
+    free = budget * 0.92 - base
+    act = free / (per_device_total * math.exp(rng.uniform(math.log(0.1), math.log(2.5))))
+    return RooflineLandscape(
+        name="roofline",
+        global_batch_size=per_device_total * devices,
+        num_devices=devices,
+        budget_gib=budget,
+        base_gib=base,
+        act_gib=act,
+        joint_tile_gib=act * math.exp(rng.uniform(math.log(0.2), math.log(6.0))),
+        enc_roof=math.exp(rng.uniform(math.log(500), math.log(20000))),
+        enc_half=math.exp(rng.uniform(math.log(1), math.log(64))),
+        joint_roof=math.exp(rng.uniform(math.log(500), math.log(20000))),
+        joint_half=math.exp(rng.uniform(math.log(0.5), math.log(32))),
+        tile=rng.choice([1, 4, 8, 16]),
+        launch_s=math.exp(rng.uniform(math.log(1e-4), math.log(1e-2))),
+        allreduce_s=rng.uniform(0.0, 0.05),
+        reserve=rng.uniform(0.0, 0.15),
+        cliff=rng.choice([0.0, 0.03, 0.08]),
+        step_noise=math.exp(rng.uniform(math.log(0.005), math.log(0.08))),
+        trial_noise=math.exp(rng.uniform(math.log(0.002), math.log(0.03))),
+        tail_dof=rng.choice([3, 4, 6, 30]),
+        stall_every=rng.choice([0, 0, 4, 7]),
+        steps=rng.randint(5, 20),
+    )
+
+
+FAMILIES: dict[str, Callable[[random.Random], Landscape]] = {
+    "in-sample": random_landscape,  # what the confidence priors were fitted on
+    "out-of-sample": random_roofline_landscape,
+}
+
+
 class ContractError(AssertionError):
     """The strategy broke the propose() contract."""
 
@@ -252,3 +368,65 @@ def run_sweep(
         finished[key] = result
         if on_result is not None:
             on_result(finished, frozenset(k for _, _, k, _ in running))
+
+
+# --- Calibration of the confidence score (bench/bench_confidence.py, tests/test_confidence.py) ----
+
+BANDS = [(0, 20), (20, 40), (40, 60), (60, 80), (80, 90), (90, 100)]
+Sample = tuple[int, bool, bool, str]  # (stated confidence, near hit, strict hit, sweep id)
+Band = tuple[str, int, float, float]  # (band, samples, mean stated %, observed %)
+
+
+def grid_reference(land: Landscape, seed: int) -> tuple[str | None, dict[str, float], float]:
+    """A full grid run of the landscape: (its best pair, every ok pair's median, the low end of the best's interval)."""
+    rng = random.Random(f"grid/{seed}")
+    medians, low = {}, {}
+    for c in land.valid():
+        res = land.trial(c, rng)
+        if res.status == OK and res.throughput:
+            medians[c.key], low[c.key] = res.throughput, res.throughput_low or res.throughput
+    if not medians:
+        return None, {}, 0.0
+    best = max(medians, key=medians.__getitem__)
+    return best, medians, low[best]
+
+
+def simulate_calibration(seed: int, strategy: str, family: str) -> tuple[list[Sample], int]:
+    """One simulated sweep: (a sample after every landed result that has a leader, trials run).
+
+    near: the leader is the grid's best or inside its interval (its grid median at or above the low end
+    of the grid best's 95% interval); strict: the leader is the truly fastest feasible pair.
+    """
+    from sweep.core.confidence import confidence_score, leader_key
+    from sweep.core.strategies import make_strategy
+
+    rng = random.Random(seed)
+    land = FAMILIES[family](rng)
+    cands = land.candidates()
+    best = land.best()
+    grid_best, grid_medians, grid_low = grid_reference(land, seed)
+    samples: list[Sample] = []
+
+    def on_result(finished: Mapping[str, TrialResult], _in_flight: frozenset) -> None:
+        score = confidence_score(cands, finished)
+        if score is None:
+            return
+        lead = leader_key(finished)
+        near = lead == grid_best or grid_medians.get(lead or "", 0.0) >= grid_low > 0
+        samples.append((score, near, best is not None and lead == best.key, f"{family}:{strategy}:{seed}"))
+
+    res = run_sweep(make_strategy(strategy, cands), land, rng.choice([1, 2, 3]), seed, on_result)
+    return samples, len(res)
+
+
+def calibration_table(samples: list[Sample], outcome: str = "strict") -> list[Band]:
+    """(band, samples, mean stated %, observed % of the outcome: "near" or "strict") per band; nan when empty."""
+    index = 1 if outcome == "near" else 2
+    rows = []
+    for lo, hi in BANDS:
+        got = [x for x in samples if lo <= x[0] < hi]
+        n = len(got)
+        stated = sum(x[0] for x in got) / n if n else float("nan")
+        observed = 100.0 * sum(x[index] for x in got) / n if n else float("nan")
+        rows.append((f"{lo}-{hi}", n, stated, observed))
+    return rows

@@ -6,7 +6,15 @@ import math
 import random
 
 import pytest
-from landscapes import LANDSCAPES, Landscape, random_landscape, run_sweep
+from landscapes import (
+    LANDSCAPES,
+    Landscape,
+    calibration_table,
+    random_landscape,
+    random_roofline_landscape,
+    run_sweep,
+    simulate_calibration,
+)
 
 from sweep.core.confidence import confidence_score, leader_key, leader_probability, open_pairs, rank_order
 from sweep.core.schema import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
@@ -119,11 +127,6 @@ def test_in_flight_pairs_count_as_untried():
     assert "accum4_split2" in {c.key for c, _ in open_pairs(ALL, results)}
 
 
-def test_done_does_not_change_the_estimate():
-    results = grid_results(LANDSCAPES["noisy"])
-    assert confidence_score(ALL, results, done=True) == confidence_score(ALL, results, done=False)
-
-
 def test_never_100_even_with_everything_settled():
     results = grid_results(LANDSCAPES["typical"].with_(step_noise=1e-4, steps=30))
     assert leader_probability(results) == pytest.approx(1.0)
@@ -188,3 +191,48 @@ def test_calibration_on_simulated_sweeps():
     high = [h for s, h in zip(stated, hits) if s >= 0.9]
     assert len(low) > 30 and sum(low) / len(low) < 0.45
     assert len(high) > 100 and sum(high) / len(high) > 0.9
+
+
+# --- calibration out of sample: landscapes generated unlike the ones the priors were fitted on ---------
+
+
+def test_the_out_of_sample_family_has_a_different_oom_rule():
+    """Roofline landscapes OOM on a ragged edge: at one per-device batch a bigger joint batch can fit where a smaller fails."""
+    ragged = 0
+    for seed in range(200):
+        land = random_roofline_landscape(random.Random(seed))
+        by_p: dict[int, list[tuple[int, bool]]] = {}
+        for c in land.valid():
+            by_p.setdefault(c.per_device_batch, []).append((c.joint_batch, land.feasible(c)))
+        for pairs in by_p.values():
+            fits = [j for j, ok_ in pairs if ok_]
+            ragged += any(j < max(fits) for j, ok_ in pairs if not ok_) if fits else 0
+    assert ragged > 0  # random_landscape never does this: its joint OOM is a clean threshold
+
+
+OUT_OF_SAMPLE_SWEEPS = 300  # per strategy: ~6000 samples, ~2.5 s
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "measured (bench/bench_confidence.py, 3000 out-of-sample sweeps): near-hit frequency vs stated confidence "
+        "0-20: 36.7 vs 10.4, 20-40: 69.2 vs 30.4, 40-60: 79.0 vs 51.1 (60-100 within 8 points). The score estimates "
+        "P(leader is the truly fastest pair); on roofline landscapes near-ties are common, so a low score often "
+        "recommends a pair inside the grid best's interval anyway: underconfident by 26-39 points below 60. "
+        "This test's 600 sweeps: +25.2, +39.3, +29.4 in those bands."
+    ),
+)
+def test_confidence_is_calibrated_out_of_sample():
+    """Per band with >= 30 samples: stated confidence within 10 points of how often the recommendation is the
+    grid's best or inside its interval, on the roofline family (tests/landscapes.py) the priors never saw."""
+    samples = []
+    for strategy in ("staircase", "grid"):
+        for seed in range(OUT_OF_SAMPLE_SWEEPS):
+            samples += simulate_calibration(seed, strategy, "out-of-sample")[0]
+    rows = calibration_table(samples, "near")
+    judged = [(band, n, stated, observed) for band, n, stated, observed in rows if n >= 30]
+    assert len(judged) >= 4  # the bands are populated: the check below is not empty
+    off = [f"{band}: observed {observed:.1f} vs stated {stated:.1f} (n={n})" for band, n, stated, observed in judged
+           if abs(observed - stated) > 10]
+    assert not off, "; ".join(off)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -330,12 +329,9 @@ def test_large_log_is_streamed_to_the_last_measurement(tmp_path: Path) -> None:
     path = tmp_path / "big.log"
     _write_big_log(path, 50 << 20)
     parser = make_parser(MYRTLE)
-    t0 = time.perf_counter()
     found = scan_file(path, parser, chunk_size=1 << 20)
-    elapsed = time.perf_counter() - t0
     assert [(m.epoch, m.throughput) for m in found] == [(1, 729.0), (2, 1400.0)]
     assert found[-1].line == parser.lines_seen > 650_000
-    assert elapsed < 10
 
 
 def test_scanning_memory_does_not_grow_with_the_log(tmp_path: Path) -> None:

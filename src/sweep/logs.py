@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from sweep.errors import UsageError as _BadInput
 from sweep.parsers import PRESETS, ThroughputSummary, parser_settings, scan_file
 from sweep.parsers.formats import PARSER_TYPES, valid_types
 from sweep.parsers.throughput import IGNORED, ThroughputError
@@ -57,10 +58,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise _BadInput(f"sweep.logs: {message}")
-
-
-class _BadInput(Exception):
-    pass
 
 
 def build_argparser() -> argparse.ArgumentParser:

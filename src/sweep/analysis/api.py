@@ -27,6 +27,16 @@ this schema, in this column order, whatever the source:
 | reason                          | string   | why the pair is invalid or the trial did not finish ok            |
 | log                             | string   | path of the trial's log                                           |
 | job_id                          | string   | scheduler job id                                                  |
+| throughput_unit                 | string   | what the throughput columns count: samples/s or tokens/s          |
+| tight                           | boolean  | ok, but headroom below trial.memory_margin; <NA> unless it ran    |
+| stopped_early                   | string   | why racing stopped the trial early; <NA> if it ran its course     |
+| headroom                        | float64  | fraction of capacity left at the peak: 1 - peak / capacity        |
+| peak_reserved_gib               | float64  | the CUDA allocator's reserved peak, GiB (built-in workload)       |
+| capacity_gib                    | float64  | the device memory the peak is measured against, GiB               |
+
+The throughput columns keep their historical `_samples_per_s` names; their unit is
+`throughput_unit` (tokens/s for a trainer that counts tokens). A trials.csv written before
+the last six columns existed still loads: they are <NA>/NaN there.
 
 Missing values are <NA> (integers, strings, categories) or NaN (floats).
 `status` and `oom_phase` always carry every category in the order above, so
@@ -64,6 +74,7 @@ import pandas as pd
 
 from sweep.core.ranking import TABLE_COLUMNS
 from sweep.core.schema import ALL_STATUSES, OOM_PHASES, SCHEMA_VERSION
+from sweep.errors import LoadError  # defined there; still importable from here
 
 TRIALS_CSV = "trials.csv"
 SWEEP_JSON = "sweep.json"
@@ -75,6 +86,7 @@ OOM_PHASE_DTYPE = pd.CategoricalDtype(list(OOM_PHASES))
 _INT = "Int64"
 _FLOAT = "float64"
 _STR = "string"
+_BOOL = "boolean"
 # Column -> dtype of load()'s frame; the order is TABLE_COLUMNS (tests hold both to a golden file).
 SCHEMA: dict[str, Any] = {
     "sweep_id": _STR,
@@ -99,7 +111,15 @@ SCHEMA: dict[str, Any] = {
     "reason": _STR,
     "log": _STR,
     "job_id": _STR,
+    "throughput_unit": _STR,
+    "tight": _BOOL,
+    "stopped_early": _STR,
+    "headroom": _FLOAT,
+    "peak_reserved_gib": _FLOAT,
+    "capacity_gib": _FLOAT,
 }
+# Columns a trials.csv from an older sweep may lack; load() fills them with missing values.
+_ADDED_COLUMNS = ("throughput_unit", "tight", "stopped_early", "headroom", "peak_reserved_gib", "capacity_gib")
 
 COMPARE_COLUMNS = [
     "accum",
@@ -126,10 +146,6 @@ COMPARE_COLUMNS = [
 _SWEEP_LEVEL = ["sweep_id", "machine", "workload", "global_batch_size", "num_devices"]
 
 Source = Union[str, "os.PathLike[str]"]
-
-
-class LoadError(ValueError):
-    """Sweep results that cannot be read; the message is one line naming the path and what to do."""
 
 
 def empty_frame() -> pd.DataFrame:
@@ -233,6 +249,9 @@ def _read_trials(csv: Path) -> pd.DataFrame:
         raise LoadError(f"{csv}: empty file, not a trials table; rerun the sweep") from None
     except (OSError, pd.errors.ParserError) as e:
         raise LoadError(f"{csv}: cannot read ({str(e).splitlines()[0]})") from None
+    for col in _ADDED_COLUMNS:
+        if col not in raw.columns:
+            raw[col] = pd.Series(pd.NA, index=raw.index, dtype="string")
     missing = [c for c in TABLE_COLUMNS if c not in raw.columns]
     if missing:
         raise LoadError(
@@ -248,6 +267,12 @@ def _read_trials(csv: Path) -> pd.DataFrame:
 def _convert(col: pd.Series, dtype: Any, csv: Path, name: str) -> pd.Series:
     if dtype == _STR:
         return col.astype(_STR)
+    if dtype == _BOOL:
+        truth = col.str.lower().map({"true": True, "false": False, "1": True, "0": False})
+        bad_mask = col.notna() & truth.isna()
+        if bad_mask.any():
+            raise LoadError(f"{csv}: column {name} has value {col[bad_mask].iloc[0]!r} (expected True or False)")
+        return truth.astype(_BOOL)
     if isinstance(dtype, pd.CategoricalDtype):
         bad = sorted(set(col.dropna()) - set(dtype.categories))
         if bad:

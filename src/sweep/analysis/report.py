@@ -1,7 +1,7 @@
 """`python -m sweep.report DIR [--compare DIR...] [--export FORM]`: read a sweep dir, report on it.
 
-Plain run: print the ranked table (a rich table on a terminal, plain text
-otherwise) and the recommendation, and write summary.md, heatmap.png and
+Plain run: print the ranked table (the one table model, core/table.py: a rich table on a
+terminal, plain text otherwise; Markdown in summary.md) and the recommendation, and write summary.md, heatmap.png and
 scaling.png into DIR. `--compare`: print and write DIR/comparison.md instead.
 `--export`: print only that form of the recommendation, for `$(...)` in scripts.
 
@@ -13,105 +13,62 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 import pandas as pd
 
 from sweep.analysis import api, export
 from sweep.core.ranking import recommendation_line
-from sweep.core.schema import atomic_write_text
+from sweep.core.schema import Status, atomic_write_text
+from sweep.core.table import (
+    SweepTable,
+    interval_cell,
+    markdown_grid,
+    render_markdown,
+    render_plain,
+    row_from_mapping,
+    status_cell,
+    sweep_table,
+)
+from sweep.errors import ReportError  # defined there; still importable from here
 
 
-class ReportError(ValueError):
-    """Bad input for the report; one line naming the path and what is expected."""
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """load()'s rows as plain dicts, missing values as None: what the table model takes."""
+    return [{k: (None if _missing(v) else v) for k, v in r.items()} for r in df.to_dict("records")]
 
 
-def _int(v: Any) -> str:
-    return "" if pd.isna(v) else str(int(v))
+def _missing(v: Any) -> bool:
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
 
 
-def _num(v: Any, fmt: str) -> str:
-    return "" if pd.isna(v) else fmt.format(v)
-
-
-def _status(r: Mapping[str, Any]) -> str:
-    status = "" if pd.isna(r["status"]) else str(r["status"])
-    return f"{status} ({r['oom_phase']})" if status == "oom" and pd.notna(r["oom_phase"]) else status
-
-
-def _interval(r: Mapping[str, Any]) -> str:
-    lo, hi = r["throughput_low_samples_per_s"], r["throughput_high_samples_per_s"]
-    return "" if pd.isna(lo) or pd.isna(hi) else f"{lo:,.1f}-{hi:,.1f}"
-
-
-def _note(r: Mapping[str, Any]) -> str:
-    if r["status"] == "ok" or pd.isna(r["reason"]):
-        return ""
-    lines = str(r["reason"]).splitlines()
-    text = lines[0] if lines else ""
-    return text if len(text) <= 70 else text[:67] + "..."
-
-
-# (header, how a row becomes the cell, right-aligned?) for the printed and Markdown tables.
-_COLUMNS: list[tuple[str, Any, bool]] = [
-    ("rank", lambda r: _int(r["rank"]), True),
-    ("accum", lambda r: _int(r["accum"]), True),
-    ("split", lambda r: _int(r["split"]), True),
-    ("per_dev", lambda r: _int(r["per_device_batch"]), True),
-    ("joint", lambda r: _int(r["joint_batch"]), True),
-    ("status", _status, False),
-    ("samples/s", lambda r: _num(r["throughput_samples_per_s"], "{:,.1f}"), True),
-    ("95% interval", _interval, True),
-    ("speedup", lambda r: _num(r["speedup"], "{:.2f}x"), True),
-    ("peak GiB", lambda r: _num(r["peak_mem_gib"], "{:.2f}"), True),
-    ("wall s", lambda r: _num(r["wall_s"], "{:.1f}"), True),
-    ("note", _note, False),
-]
-
-
-def table_cells(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    rows = [[fn(r) for _, fn, _ in _COLUMNS] for r in df.to_dict("records")]
-    return [h for h, _, _ in _COLUMNS], rows
+def report_table(df: pd.DataFrame) -> SweepTable:
+    """The sweep table (core/table.py) for a loaded sweep; 1-D sweeps (split always 1) drop split and joint."""
+    return sweep_table(records(df))
 
 
 def plain_table(df: pd.DataFrame) -> str:
-    headers, rows = table_cells(df)
-    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
-    right = [r for _, _, r in _COLUMNS]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if ra else c.ljust(w) for c, w, ra in zip(cells, widths, right)).rstrip()
-
-    return "\n".join([line(headers)] + [line(row) for row in rows])
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
-    esc = [[c.replace("|", "\\|") for c in row] for row in rows]
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
-    return "\n".join(out + ["| " + " | ".join(row) + " |" for row in esc])
+    return render_plain(report_table(df))
 
 
 def print_table(df: pd.DataFrame, stream: TextIO, use_rich: bool, width: int | None = None) -> None:
+    table = report_table(df)
     if not use_rich:
-        print(plain_table(df), file=stream)
+        print(render_plain(table), file=stream)
         return
     from rich.console import Console
-    from rich.table import Table
 
-    style = {"ok": "green", "oom": "red", "failed": "red", "timeout": "yellow", "invalid": "dim", "pending": "dim"}
-    table = Table(show_edge=False, header_style="bold")
-    headers, rows = table_cells(df)
-    for i, (header, _, right) in enumerate(_COLUMNS):
-        # Numbers keep their full width; on a narrow terminal the free-text note gives way first.
-        if header == "note":
-            table.add_column(header, overflow="ellipsis", no_wrap=True, ratio=1)
-        else:
-            fit = max([len(header)] + [len(row[i]) for row in rows])
-            table.add_column(header, justify="right" if right else "left", no_wrap=True, min_width=fit)
-    for status, row in zip(df["status"], rows):
-        table.add_row(*row, style=style.get(str(status), ""))
-    Console(file=stream, width=width).print(table)
+    from sweep.orchestration.display import rich_table
+
+    console = Console(file=stream, width=width)
+    console.print(rich_table(table, framed=True))
+    for line in [*(["Not run ok:"] if table.notes else []), *(f"  {n}" for n in table.notes), *table.footer]:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def sweep_dir(path: str | Path) -> Path:
@@ -179,8 +136,7 @@ def summary_markdown(df: pd.DataFrame, meta: Mapping[str, Any] | None, rec: Mapp
         if len(interval) == 2 and None not in interval:
             detail += f" (95% interval {interval[0]:,.1f}-{interval[1]:,.1f})"
         lines += ["", f"{detail}, per-device batch {rec.get('per_device_batch')}, joint batch {rec.get('joint_batch')}"]
-    headers, rows = table_cells(df)
-    lines += ["", "## Ranked table", "", markdown_table(headers, rows, [r for _, _, r in _COLUMNS])]
+    lines += ["", "## Ranked table", "", render_markdown(report_table(df))]
     if forms:
         lines += ["", "## Use it"]
         titles = {"flags": "CLI flags", "yaml": "YAML", "nemo": "NeMo overrides", "slurm": "Slurm"}
@@ -195,10 +151,11 @@ def summary_markdown(df: pd.DataFrame, meta: Mapping[str, Any] | None, rec: Mapp
 def _sweep_cell(r: Mapping[str, Any]) -> str:
     if pd.isna(r["status"]):
         return "-"  # the pair is not in this sweep
-    if r["status"] != "ok":
-        return _status(r)
-    cell = f"{r['throughput_samples_per_s']:,.1f}"
-    return cell + (f" [{_interval(r)}]" if _interval(r) else "")
+    row = row_from_mapping({k: (None if _missing(v) else v) for k, v in r.items()})
+    if row.status != Status.OK:
+        return status_cell(row)
+    cell = f"{row.throughput:,.1f}"
+    return cell + (f" [{interval_cell(row)}]" if interval_cell(row) else "")
 
 
 def _change_cell(r: Mapping[str, Any]) -> str:
@@ -218,7 +175,7 @@ def comparison_markdown(cmp: pd.DataFrame, metas: Mapping[str, Mapping[str, Any]
         legend_rows.append([labels[sw["sweep_order"]], str(sw["sweep_id"]), str(sw["machine"]), str(sw["workload"]),
                             str(sw["global_batch_size"]), str(sw["num_devices"]), str(meta.get("state", "?")),
                             str(meta.get("started_at") or "?")])
-    lines.append(markdown_table(["", "sweep", "machine", "workload", "global batch", "devices", "state", "started"],
+    lines.append(markdown_grid(["", "sweep", "machine", "workload", "global batch", "devices", "state", "started"],
                                 legend_rows, [False] * 4 + [True, True, False, False]))
     if sweeps["global_batch_size"].nunique() > 1:
         lines += ["", "Warning: the sweeps use different global batch sizes, so one (accum, split) pair means "
@@ -237,7 +194,7 @@ def comparison_markdown(cmp: pd.DataFrame, metas: Mapping[str, Mapping[str, Any]
             if r["sweep_order"]:
                 row.append(_change_cell(r))
         rows.append(row)
-    lines += ["", "## Throughput by (accum, split)", "", markdown_table(headers, rows, [True] * len(headers)), ""]
+    lines += ["", "## Throughput by (accum, split)", "", markdown_grid(headers, rows, [True] * len(headers)), ""]
 
     lines += ["## Best pair per sweep", ""]
     for o, label in labels.items():

@@ -13,7 +13,8 @@
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from statistics import NormalDist, median
 
 from sweep.core.schema import OK, TrialResult
 from sweep.core.space import Candidate
@@ -42,24 +43,15 @@ FIT_UNKNOWN = 0.4  # no ok trial implies it fits
 SHADOW = 0.25  # a slower measured pair in the same direction lies between it and the leader
 
 _Z = [-6.0 + 12.0 * i / 120 for i in range(121)]  # quadrature nodes, in leader standard errors
-_W = [math.exp(-0.5 * z * z) for z in _Z]
+_STD = NormalDist()
+_W = [_STD.pdf(z) for z in _Z]
 _WSUM = sum(_W)
-
-
-def _phi_cdf(x: float) -> float:
-    return 0.5 * math.erfc(-x / math.sqrt(2.0))
-
-
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
 def _robust_sigma(logs: list[float]) -> float:
     """1.4826 * median absolute deviation (slow outlier steps must not inflate it); the sample sd if that is 0."""
-    med = _median(logs)
-    mad = _median([abs(x - med) for x in logs])
+    med = median(logs)
+    mad = median([abs(x - med) for x in logs])
     if mad > 0:
         return 1.4826 * mad
     mean = sum(logs) / len(logs)
@@ -103,7 +95,7 @@ def leader_probability(results: Mapping[str, TrialResult]) -> float | None:
     for z, w in zip(_Z, _W):
         x = m0 + s0 * z
         for m, s in rivals:
-            w *= _phi_cdf((x - m) / s)
+            w *= _STD.cdf((x - m) / s)
         total += w
     return total / _WSUM
 
@@ -167,15 +159,13 @@ def open_pairs(
 def confidence_score(
     candidates: Sequence[Candidate],
     results: Mapping[str, TrialResult],
-    done: bool = False,
     predicted_oom: Mapping[str, float] | None = None,
 ) -> int | None:
     """0..99: how likely the leader is the fastest feasible pair; None when no trial ran ok.
 
-    In-flight pairs count as untried. predicted_oom: see open_pairs. `done` does not change the estimate: it rests on
-    the results alone, so an interim score and a final one mean the same thing.
+    In-flight pairs count as untried. predicted_oom: see open_pairs. Whether the search has ended is not an
+    input: the score rests on the results alone, so an interim score and a final one mean the same thing.
     """
-    del done
     p = leader_probability(results)
     if p is None:
         return None

@@ -201,6 +201,8 @@ def student_t_cdf(t: float, dof: int) -> float:
 
 
 def student_t_quantile(p: float, dof: int) -> float:
+    if dof > 200:  # where student_t_cdf is the normal's
+        return _STD.inv_cdf(p)
     lo, hi = -1e3, 1e3
     for _ in range(100):
         mid = 0.5 * (lo + hi)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any
 
+from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
 from sweep.core.schema import (
     CANCELLED,
     FAILED,
@@ -19,6 +21,7 @@ from sweep.core.schema import (
     OK,
     OOM,
     PENDING,
+    PREDICTED_OOM,
     RUNNING,
     SKIPPED,
     TIMEOUT,
@@ -50,10 +53,19 @@ TABLE_COLUMNS = [
     "reason",
     "log",
     "job_id",
+    # Added later, appended so older readers' column positions hold.
+    "throughput_unit",
+    "tight",
+    "stopped_early",
+    "headroom",
+    "peak_reserved_gib",
+    "capacity_gib",
 ]
 
 # Row order below the ranked rows: what is still coming, then what failed and why.
-_STATUS_ORDER = {OK: 0, RUNNING: 1, PENDING: 2, OOM: 3, TIMEOUT: 4, FAILED: 5, CANCELLED: 6, SKIPPED: 7, INVALID: 8}
+_STATUS_ORDER = {
+    OK: 0, RUNNING: 1, PENDING: 2, OOM: 3, PREDICTED_OOM: 4, TIMEOUT: 5, FAILED: 6, CANCELLED: 7, SKIPPED: 8, INVALID: 9,
+}
 
 
 @dataclass(frozen=True)
@@ -91,10 +103,14 @@ def build_table(
     running: Collection[str] = (),
     live_throughput: Mapping[str, float] | None = None,
     done: bool = False,
+    predicted_oom: Mapping[str, PeakPrediction] | None = None,
+    capacity_gib: float | None = None,
 ) -> list[dict[str, Any]]:
     """One row per candidate, ranked rows first. live_throughput: what running trials' logs show so far.
 
     done: the search has ended, so a candidate never run is `skipped`, not `pending`.
+    predicted_oom: {key: prediction} of pairs not launched because the memory model puts their peak
+    above capacity_gib: their row is `predicted_oom`, with the predicted peak, the capacity and why.
     """
     ranks = {r.key: i + 1 for i, r in enumerate(ranked_ok(results))}
     base = baseline_key(results)
@@ -119,12 +135,19 @@ def build_table(
         )
         if not cand.valid:
             row["status"] = INVALID
+        elif res is None and predicted_oom and cand.key in predicted_oom:
+            pred = predicted_oom[cand.key]
+            row.update(status=PREDICTED_OOM, peak_mem_gib=pred.peak_gib, capacity_gib=capacity_gib)
+            if capacity_gib is not None:
+                row["reason"] = predicted_oom_reason(pred, capacity_gib)
         elif res is None:
             row["status"] = RUNNING if cand.key in running else SKIPPED if done else PENDING
             if row["status"] == SKIPPED:
                 row["reason"] = "not run: the search ruled it out (OOM implied, or it cannot beat the leader)"
             if live_throughput and cand.key in live_throughput:
                 row["throughput_samples_per_s"] = live_throughput[cand.key]
+                # The workload reports it in the sweep's unit (SweepMeta.throughput_unit where the meta has one).
+                row["throughput_unit"] = getattr(meta, "throughput_unit", None)
         else:
             row.update(
                 status=res.status,
@@ -134,11 +157,17 @@ def build_table(
                 throughput_high_samples_per_s=res.throughput_high,
                 peak_mem_gib=res.peak_mem_gib,
                 wall_s=res.wall_s,
-                steps_measured=len(res.step_times_s) if res.step_times_s else None,
+                steps_measured=res.steps_measured if res.steps_measured is not None else len(res.step_times_s) or None,
                 reason=res.error,
                 log=res.log,
                 job_id=res.job_id,
                 rank=ranks.get(cand.key),
+                throughput_unit=res.throughput_unit,
+                tight=bool(res.tight),
+                stopped_early=res.stopped_early,
+                headroom=res.headroom,
+                peak_reserved_gib=res.peak_reserved_gib,
+                capacity_gib=res.capacity_gib,
             )
             if res.status == OK and base_tp and res.throughput:
                 row["speedup"] = res.throughput / base_tp

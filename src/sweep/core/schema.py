@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sweep.errors import ResultError  # defined there; still importable from here
+
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"  # written by the trial only
 ENDED_FILE = "ended.json"  # written by the orchestrator only, for a job that died without a result.json
@@ -66,10 +68,6 @@ ALL_STATUSES = FINISHED_STATUSES + (RUNNING, PENDING, SKIPPED, PREDICTED_OOM, IN
 
 PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER = OomPhase.ENCODER, OomPhase.JOINT, OomPhase.OPTIMIZER
 OOM_PHASES = tuple(OomPhase)
-
-
-class ResultError(ValueError):
-    """A result file that cannot be read; the message names the file and what is wrong."""
 
 
 @dataclass
@@ -193,17 +191,6 @@ def read_result(path: Path) -> TrialResult:
 
 def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def read_log_tail(path: str | Path, max_bytes: int = 64 * 1024) -> str:
-    """The end of a log (where the traceback is), without reading a gigabyte log whole."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - max_bytes))
-            return f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 def trial_dir(sweep_dir: Path, key: str) -> Path:

@@ -11,12 +11,10 @@ the reason and never launched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Sequence
+from dataclasses import dataclass
 
-
-class SpaceError(ValueError):
-    """A batch-size setting that no candidate can satisfy; the message is one line for users."""
+from sweep.errors import SpaceError  # defined there; still importable from here
 
 
 @dataclass(frozen=True, order=True)

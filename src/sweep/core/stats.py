@@ -9,16 +9,11 @@ handful of steps a short trial can afford.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
+from statistics import median
 
-
-def median(values: Sequence[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    if n == 0:
-        raise ValueError("median of no values")
-    mid = n // 2
-    return s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+# median is re-exported: the one median (it raises StatisticsError, a ValueError, on no data).
+__all__ = ["median", "median_interval_ranks", "throughput_summary"]
 
 
 def _binom_cdf(k: int, n: int) -> float:

@@ -30,12 +30,12 @@ from sweep.core.schema import (
     TrialResult,
     atomic_write_text,
     now_iso,
-    read_log_tail,
     read_result,
     write_ended,
 )
 from sweep.core.spec import TrialSpec
 from sweep.errors import SweepError
+from sweep.parsers.tail import read_tail
 
 JOB_FILE = "job.json"
 # sacct is asked about unfinished Slurm jobs at most this often. submitit's own default backs
@@ -397,10 +397,10 @@ def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spe
         return Status.FAILED, None, f"the node failed (NODE_FAIL) and Slurm did not requeue the job; see {log}"
     from sweep.parsers import classify_failure
 
-    tail = read_log_tail(log)
+    tail = read_tail(log)
     stderr = _job_stderr(job)
     if stderr:
-        tail += "\n" + read_log_tail(stderr)
+        tail += "\n" + read_tail(stderr)
     verdict = classify_failure(tail, exit_code=None)
     if state == "OUT_OF_MEMORY" and verdict.status != Status.OOM:
         return Status.OOM, verdict.oom_phase, f"Slurm killed the job for exceeding its memory (OUT_OF_MEMORY); see {log}"

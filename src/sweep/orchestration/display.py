@@ -4,63 +4,42 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sweep.core.table import SweepTable, render_plain, sweep_table
 
 if TYPE_CHECKING:
     from sweep.core.schema import TrialResult
 
-# (header, column, format) for the printed table; the CSV keeps every column.
-_SHOWN = [
-    ("rank", "rank", "{}"),
-    ("accum", "accum", "{}"),
-    ("split", "split", "{}"),
-    ("per_dev", "per_device_batch", "{}"),
-    ("joint", "joint_batch", "{}"),
-    ("status", "status", "{}"),
-    ("phase", "oom_phase", "{}"),
-    ("samples/s", "throughput_samples_per_s", "{:.1f}"),
-    ("95% interval", None, ""),
-    ("speedup", "speedup", "{:.2f}x"),
-    ("peak GiB", "peak_mem_gib", "{:.3g}"),
-    ("wall s", "wall_s", "{:.1f}"),
-]
-
-
-def _cell(row: Mapping[str, Any], column: str | None, fmt: str) -> str:
-    if column is None:
-        lo, hi = row.get("throughput_low_samples_per_s"), row.get("throughput_high_samples_per_s")
-        return f"{lo:.1f}-{hi:.1f}" if lo is not None and hi is not None else ""
-    value = row.get(column)
-    return "" if value is None or value == "" else fmt.format(value)
+# Row colours on a terminal, by status.
+STATUS_STYLE = {
+    "ok": "green", "oom": "red", "predicted_oom": "red", "running": "yellow", "failed": "magenta",
+    "timeout": "magenta", "cancelled": "magenta", "invalid": "dim", "pending": "dim", "skipped": "dim",
+}
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], with_reasons: bool = True, show_invalid: bool = False) -> str:
-    """A plain-text table: the ranked rows, then why the others did not run ok.
+    """The plain-text sweep table (core/table.py): ranked rows, why the others did not run ok, the legend.
 
-    Invalid pairs (never launched) are only counted unless show_invalid: the dry run lists them.
+    Invalid and skipped pairs (never launched) are only counted unless show_invalid: the dry run lists them.
     """
-    invalid = [r for r in rows if r["status"] == "invalid"]
-    skipped = sum(r["status"] == "skipped" for r in rows)
-    if not show_invalid:
-        rows = [r for r in rows if r["status"] not in ("invalid", "skipped")]
-    body = [[_cell(r, col, fmt) for _, col, fmt in _SHOWN] for r in rows]
-    headers = [h for h, _, _ in _SHOWN]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
-    if with_reasons:
-        notes = [
-            f"  accum={r['accum']} split={r['split']} {r['status']}: {r['reason']}"
-            for r in rows
-            if r.get("reason") and r["status"] not in ("ok", "pending", "running", "skipped")
-        ]
-        if notes:
-            lines += ["", "Not run ok:"] + notes
-    if skipped:
-        lines += ["", f"{skipped} pair(s) skipped: the search ruled them out (OOM implied, or they cannot beat the leader)"]
-    if invalid and not show_invalid:
-        lines += ["", f"{len(invalid)} invalid pair(s) not launched (a batch size would not be an integer); dry_run=true lists them"]
-    return "\n".join(lines)
+    return render_plain(sweep_table(rows, show_invalid=show_invalid), with_notes=with_reasons)
+
+
+def rich_table(table: SweepTable, framed: bool = False) -> Any:
+    """The same model as a rich Table (a terminal); the caller prints notes and footer under it.
+
+    framed: column rules (the report); the live view stays bare so it redraws compactly.
+    """
+    from rich.table import Table
+
+    out = Table(show_edge=False, header_style="bold") if framed else Table(box=None, header_style="bold")
+    for header, right in zip(table.headers, table.right):
+        out.add_column(header, justify="right" if right else "left", no_wrap=True)
+    for row, cells in zip(table.rows, table.cells()):
+        out.add_row(*cells, style=STATUS_STYLE.get(str(row.status), ""))
+    return out
 
 
 class Display:
@@ -74,7 +53,7 @@ class Display:
         self._rows: Sequence[Mapping[str, Any]] = []
         self._progress = ""
 
-    def __enter__(self) -> "Display":
+    def __enter__(self) -> Display:
         if self.live:
             from rich.console import Console
             from rich.live import Live
@@ -103,19 +82,11 @@ class Display:
 
     def _render(self) -> Any:
         from rich.console import Group
-        from rich.table import Table
         from rich.text import Text
 
-        table = Table(box=None, header_style="bold")
-        for header, _, _ in _SHOWN:
-            table.add_column(header, justify="right")
-        colours = {"ok": "green", "oom": "red", "running": "yellow", "failed": "magenta", "timeout": "magenta"}
-        for row in self._rows:
-            if row["status"] == "invalid":
-                continue
-            style = colours.get(row["status"], "")
-            table.add_row(*[_cell(row, col, fmt) for _, col, fmt in _SHOWN], style=style)
-        return Group(table, Text(self._progress, style="bold"))
+        table = sweep_table(self._rows)
+        legend = [Text(line, style="dim") for line in table.legend]
+        return Group(rich_table(table), *legend, Text(self._progress, style="bold"))
 
     def final(self, rows: Sequence[Mapping[str, Any]], summary: Sequence[str]) -> None:
         print(file=self.stream)
@@ -130,7 +101,7 @@ def landed_line(res: TrialResult) -> str:
     head = f"accum={res.accum} split={res.split}: {res.status}"
     if res.status == "ok" and res.throughput:
         peak = f", peak {res.peak_mem_gib:.3g} GiB" if res.peak_mem_gib is not None else ""
-        return f"{head} {res.throughput:.1f} samples/s [{res.throughput_low:.1f}, {res.throughput_high:.1f}]{peak}"
+        return f"{head} {res.throughput:.1f} {res.throughput_unit} [{res.throughput_low:.1f}, {res.throughput_high:.1f}]{peak}"
     phase = f" in {res.oom_phase}" if res.oom_phase else ""
     log = f" (log {res.log})" if res.log and res.log not in res.error else ""
     return f"{head}{phase}: {res.error}{log}"

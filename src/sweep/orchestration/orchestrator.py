@@ -22,15 +22,15 @@ from typing import Any
 
 import yaml
 
-from sweep.launch import backend as backends
-from sweep.orchestration.display import Display, format_table, landed_line, scaling_lines
-from sweep.errors import SweepError
-from sweep.orchestration.plan import SweepPlan, make_plan
+from sweep import workloads
 from sweep.core.ranking import build_table, recommendation, recommendation_line, table_csv
 from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
 from sweep.core.space import Candidate
 from sweep.core.spec import TrialSpec
-from sweep import workloads
+from sweep.errors import SweepError
+from sweep.launch import backend as backends
+from sweep.orchestration.display import Display, format_table, landed_line, scaling_lines
+from sweep.orchestration.plan import SweepPlan, make_plan
 
 META_FILE = "sweep.json"
 TABLE_FILE = "trials.csv"
@@ -307,17 +307,17 @@ class Orchestrator:
         self._shown_live = live
         return changed and bool(live)
 
-    def _recommendation(self, done: bool) -> dict[str, Any] | None:
+    def _recommendation(self) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score
 
-        conf = confidence_score(self.plan.candidates, self.results, done=done)
+        conf = confidence_score(self.plan.candidates, self.results)
         return recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin)
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """Rewrite trials.csv (and recommendation.yaml), update the display; the rows and recommendation."""
         rows = self._rows(done)
         atomic_write_text(self.plan.sweep_dir / TABLE_FILE, table_csv(rows))
-        rec = self._recommendation(done)
+        rec = self._recommendation()
         if rec is not None:
             atomic_write_text(self.plan.sweep_dir / RECOMMENDATION_FILE, yaml.safe_dump(rec, sort_keys=False))
             marker = (rec["accum"], rec["split"], rec["confidence"])

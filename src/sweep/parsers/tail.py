@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator, Protocol
+from typing import BinaryIO, Protocol
 
 from sweep.parsers.lines import Measurement, first_break
 
@@ -60,7 +61,7 @@ class LogTail:
         self._identity = None
         self.offset = 0
 
-    def __enter__(self) -> "LogTail":
+    def __enter__(self) -> LogTail:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -105,7 +106,7 @@ def scan_file(path: str | os.PathLike[str], parser: Parser, chunk_size: int = DE
 
 
 def read_tail(path: str | os.PathLike[str], max_bytes: int = 64 << 10) -> str:
-    """The last max_bytes of a log as text, from its first whole line; "" if the file is missing.
+    """The last max_bytes of a log as text, from its first whole line; "" if it cannot be read.
 
     Enough for a traceback and the lines before it, whatever the log's size.
     """
@@ -116,7 +117,7 @@ def read_tail(path: str | os.PathLike[str], max_bytes: int = 64 << 10) -> str:
             # One byte more, to see whether `start` falls at the beginning of a line.
             f.seek(max(0, start - 1))
             data = f.read(max_bytes + (start > 0))
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
+    except OSError:  # missing, unreadable, a directory, a vanished network mount: no tail to show
         return ""
     if start > 0:
         cut = first_break(data)  # drop the torn first line (or just the line break before `start`)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from sweep.core.confidence import DEFAULT_SE
 from sweep.core.stats import median, median_interval_ranks
+from sweep.errors import ThroughputError  # defined there; still importable from here
 from sweep.parsers.lines import Measurement
 
 SAMPLES_PER_S = "samples/s"
@@ -41,10 +42,6 @@ ONE_FIGURE_NOTE = f"one figure only: interval widened by the +-{NOISE_FLOOR_FACT
 
 # Roles of a figure in the summary.
 MEASURED, WARMUP, IGNORED = "measured", "warm-up", "ignored"
-
-
-class ThroughputError(ValueError):
-    """A figure that cannot become a throughput with what is known; one line naming what is missing."""
 
 
 @dataclass(frozen=True)

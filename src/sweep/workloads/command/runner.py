@@ -16,20 +16,18 @@ import socket
 import string
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
+from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, write_result
 from sweep.core.spec import TrialSpec
+from sweep.errors import TemplateError  # defined there; still importable from here
 from sweep.launch.memory import TreeMemorySampler, is_tight
 
 PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
 PROGRESS_FILE = "progress.json"
 LOG_NAME = "command.log"
-
-
-class TemplateError(ValueError):
-    """A command template that cannot be filled; one line naming the bad part."""
 
 
 def template_fields(text: str) -> list[str]:
@@ -67,7 +65,7 @@ def fill(text: str, values: Mapping[str, int]) -> str:
 
 def run_command_trial(spec: TrialSpec) -> TrialResult:
     """Run the user's command for one candidate and write the trial's result record."""
-    from sweep.parsers import LogTail, ThroughputError, classify_failure, parser_settings
+    from sweep.parsers import LogTail, ThroughputError, classify_failure, parser_settings, read_tail
 
     wl = spec.workload
     trial_dir = Path(spec.trial_dir)
@@ -120,7 +118,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     elif code == 0:
         result = TrialResult(status=Status.FAILED, error=f"exited 0 but printed no throughput the {settings.type} parser recognises{why_not}; see {log_path}", **base)
     else:
-        verdict = classify_failure(read_log_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns)
+        verdict = classify_failure(read_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns)
         result = TrialResult(status=verdict.status if verdict.status != Status.OK else Status.FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
     result.tight = is_tight(result.status == Status.OK, result.headroom, spec.trial.memory_margin)
     write_result(result, trial_dir)

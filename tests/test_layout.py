@@ -1,0 +1,158 @@
+"""The layout the README's Development section draws: a pure core, no import cycles, errors in one module."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "sweep"
+EDGE_LIBRARIES = ("torch", "hydra", "omegaconf", "submitit", "pandas", "rich")
+
+# Exception classes allowed outside sweep/errors.py, and why each must stay where it is.
+ALLOWED_EXCEPTIONS = {
+    # Not an error: the orchestrator's own signal (SIGINT/SIGTERM arrived), raised and caught in one module.
+    ("sweep/orchestration/orchestrator.py", "Interrupted"),
+    # The built-in workload's device OOM: raised alike on every rank inside the trial, carries the phase and
+    # the original traceback; it is the trial's data (Status.OOM), never shown to a user as an error.
+    ("sweep/workloads/rnnt/memory.py", "DeviceOOM"),
+}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def core_modules() -> list[str]:
+    return [m for m in modules() if m == "sweep.core" or m.startswith("sweep.core.")]
+
+
+def test_the_core_imports_no_edge_library_in_a_fresh_interpreter() -> None:
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {core_modules()!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {EDGE_LIBRARIES!r})))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+    assert len(core_modules()) >= 10  # the walk found the core (space, strategies, confidence, ranking, ...)
+
+
+def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
+    """The sweep modules `module` imports at import time or inside functions (TYPE_CHECKING blocks excluded)."""
+    tree = ast.parse(path.read_text())
+    type_checking = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                     for body in node.body for n in ast.walk(body)}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in type_checking:
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        for name in names:
+            # `from sweep.core import space` names the module sweep.core.space; `from x import f` names x.
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: imports_of(m, p, set(mods)) for m, p in mods.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            # A package's __init__ importing its own submodules is not a cycle through the package.
+            if nxt.startswith(node + ".") or node.startswith(nxt + "."):
+                continue
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycles_among_sweep_modules() -> None:
+    graph = import_graph()
+    assert graph["sweep.core.ranking"] >= {"sweep.core.schema"}  # the walk sees real edges
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+@pytest.mark.parametrize(
+    "graph, has_cycle",
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, False),
+        ({"a": {"b"}, "b": {"a"}}, True),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True),
+        ({"p": {"p.x"}, "p.x": {"p"}}, False),  # a package and its own module
+    ],
+)
+def test_the_cycle_finder_itself(graph: dict[str, set[str]], has_cycle: bool) -> None:
+    assert (find_cycle(graph) is not None) == has_cycle
+
+
+def test_the_core_imports_only_the_core_and_errors() -> None:
+    graph = import_graph()
+    for module in core_modules():
+        outside = {m for m in graph[module] if not m.startswith("sweep.core") and m not in ("sweep", "sweep.errors")}
+        assert not outside, f"{module} imports {sorted(outside)}"
+
+
+def exception_classes(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    return [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+            and any(ast.unparse(b).endswith(("Exception", "Error", "Warning", "OOM")) for b in node.bases)]
+
+
+def test_errors_are_defined_only_in_errors_py() -> None:
+    assert {"SweepError", "SpaceError", "LoadError", "ResultError"} <= set(exception_classes(PACKAGE / "errors.py"))
+    elsewhere = {(str(p.relative_to(SRC)), name) for p in PACKAGE.rglob("*.py") if p.name != "errors.py"
+                 for name in exception_classes(p)}
+    assert elsewhere == ALLOWED_EXCEPTIONS
+
+
+def test_errors_keep_their_old_import_paths() -> None:
+    from sweep import errors
+    from sweep.analysis.api import LoadError
+    from sweep.core.schema import ResultError
+    from sweep.core.space import SpaceError
+
+    assert (LoadError, ResultError, SpaceError) == (errors.LoadError, errors.ResultError, errors.SpaceError)
+    assert issubclass(SpaceError, ValueError) and issubclass(LoadError, ValueError)
