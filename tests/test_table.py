@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
@@ -160,7 +161,8 @@ def test_an_older_trials_csv_without_the_new_columns_still_loads(tmp_path: Path)
 
 def test_a_live_figure_without_a_unit_takes_the_sweeps_unit() -> None:
     cands = enumerate_candidates(16, 1, [1, 2, 4], [1])
-    table_rows = build_table(META, cands, {"accum1_split1": result(1, 1, throughput_unit="tokens/s")},
+    tokens_meta = dataclasses.replace(META, throughput_unit="tokens/s")  # the sweep.json of a tokens/s parser
+    table_rows = build_table(tokens_meta, cands, {"accum1_split1": result(1, 1, throughput_unit="tokens/s")},
                              running={"accum2_split1"}, live_throughput={"accum2_split1": 150.0})
     table = sweep_table(table_rows)
     assert "tokens/s" in table.headers and "samples/s" not in table.headers and table.legend == ()
