@@ -55,9 +55,20 @@ def expand_resume(argv: list[str]) -> list[str]:
         stored = json.loads((sweep_dir / "sweep.json").read_text())["argv"]
     except (OSError, ValueError, KeyError, TypeError):
         raise SweepError(f"resume={sweep_dir} is not a sweep dir (no readable sweep.json inside): give a dir an earlier sweep printed, e.g. outputs/latest") from None
-    keep = [a for a in stored if not a.startswith(("hydra.sweep.dir=", "resume="))]
     rest = [a for a in argv if not a.startswith("resume=")]
-    return keep + rest + [f"hydra.sweep.dir={sweep_dir.resolve()}"]
+    # A key given now replaces the stored one (accum=1,2 now: not accum=1,2,4 and accum=1,2).
+    given_keys = {_override_key(a) for a in rest}
+    keep = [a for a in stored if not a.startswith(("hydra.sweep.dir=", "resume=")) and _override_key(a) not in given_keys]
+    return keep + rest + [f"hydra.sweep.dir={hydra_quoted(str(sweep_dir.resolve()))}"]
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def hydra_quoted(value: str) -> str:
+    """A value as one quoted Hydra override value: spaces, non-ASCII letters and quotes survive."""
+    return "'" + value.replace("'", "\\'") + "'"  # Hydra reads a backslash as an escape only before a quote
 
 
 def main() -> int:
