@@ -126,7 +126,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     _check_machine(machine)
     check_task_layout(launcher, machine.num_devices)  # one task per device, before anything is submitted
     _check_trial(trial)
-    workload_kind.validate(workload, workloads.CheckContext(local_launch=cluster_of(launcher) == "local"))
+    workload_kind.validate(workload, workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=bool(cfg.dry_run)))
     if not workload_kind.splits_apply(workload):
         # The script has no batch_split_factor: the space is accum alone.
         if any(v != 1 for v in swept.get("split", [])) or _plain(cfg.split) not in (None, 1, [1]):
