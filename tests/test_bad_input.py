@@ -118,6 +118,18 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("missing_executable", cmd(command=argv("no-such-trainer-xyz")), ["'no-such-trainer-xyz'", "not an executable on PATH", "full path"]),
     ("missing_executable_path", cmd(command=argv("/nonexistent/bin/train")), ["'/nonexistent/bin/train'", "not an executable"]),
     ("empty_command", cmd(command="workload.argv=[]"), ["workload.argv is empty", "e.g. [python, train.py"]),
+    # -- issue 13: never silently wrong
+    ("sweep_value_then_plain_value", cmd("accum=1,2", "accum=4"), ["accum is given twice", "'accum=1,2' and 'accum=4'", "give it once"]),
+    ("plain_value_then_sweep_value", cmd("split=1", "split=1,2"), ["split is given twice", "give it once"]),
+    ("search_is_a_schema", cmd("search=search_schema"), ["search=search_schema is not a valid search", "grid, powers, staircase"]),
+    ("machine_is_a_schema", cmd("+machine=machine_schema"), ["machine=machine_schema is not a valid machine", "cpu2"]),
+    ("workload_is_a_schema", ["workload=rnnt_schema"], ["workload=rnnt_schema is not a valid workload", "command, rnnt"]),
+    ("parser_skip_first_negative", cmd("+workload.parser.skip_first=-1"), ["parser.skip_first=-1", "whole number >= 0"]),
+    ("parser_skip_first_text", cmd("+workload.parser.skip_first=two"), ["parser.skip_first='two'", "whole number >= 0"]),
+    ("parser_stop_after_zero", cmd("+workload.parser.stop_after=0"), ["parser.stop_after=0", "whole number >= 1"]),
+    ("parser_regex_backtracks", cmd("workload.parser.type=regex", "+workload.parser.pattern='(?P<throughput>(\\d+\\s?)+)x'"),
+     ["parser.pattern", "catastrophic backtracking", "nested repeats"]),
+    ("empty_sweep_dir", cmd("hydra.sweep.dir="), ["hydra.sweep.dir is empty", "hydra.sweep.dir=outputs/my_sweep"]),
     # -- resume
     ("resume_not_a_sweep", ["resume=/nonexistent/sweep"], ["resume=/nonexistent/sweep", "not a sweep dir", "outputs/latest"]),
 ]
