@@ -67,15 +67,15 @@ EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGPIPE: 141}
 def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25) -> int:
     """Entry from the Hydra Sweeper: build the plan, then run it (or just show it)."""
     global exit_code
-    sweep_dir = sweep_dir_of(cfg)
+    sweep_dir = default_dir = sweep_dir_of(cfg)
     if not dir_given(cfg) and sweep_dir.exists():
-        sweep_dir = first_free(sweep_dir)
+        sweep_dir = first_free(default_dir)
         _set_sweep_dir(cfg, sweep_dir)
     plan = make_plan(cfg, arguments, sweep_dir)
     if not plan.dry_run and not dir_given(cfg):
         # The default dir is named by the second: a sweep started in the same second by
         # someone else must not share (and resume) it. mkdir is the atomic claim.
-        claimed = claim_fresh_dir(sweep_dir)
+        claimed = claim_fresh_dir(default_dir)
         if claimed != sweep_dir:
             _set_sweep_dir(cfg, claimed)
             plan = make_plan(cfg, arguments, claimed)
