@@ -250,3 +250,27 @@ def test_only_errors_in_the_input_count_as_the_users_to_fix(exc, fixable):
     from sweep.cli.main import user_fixable
 
     assert user_fixable(exc) is fixable
+
+
+def test_a_dry_run_does_not_need_the_training_command_here(tmp_path, searchpath):
+    """Planning a NeMo sweep on a laptop: the command is not on PATH, a warning says so, the table shows."""
+    proc = run_case(["+sweep=nemo_micro_batch", "dry_run=true"], tmp_path, searchpath, env_extra={"PATH": os.path.dirname(sys.executable)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "sweep: warning: workload.argv[0]='nemo' is not an executable on PATH" in proc.stderr
+    assert "nothing launched" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # Without dry_run it is still refused before anything launches.
+    real = run_case(["+sweep=nemo_micro_batch"], tmp_path, searchpath, env_extra={"PATH": os.path.dirname(sys.executable)})
+    assert real.returncode == 2 and "'nemo' is not an executable on PATH" in real.stderr
+
+
+def test_help_describes_the_tool_and_hides_the_schema_names(tmp_path, searchpath):
+    proc = run_case(["--help"], tmp_path, searchpath)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "find the fastest (grad_accumulation_batches, batch_split_factor)" in text
+    for option in ("global_batch_size=", "accum=1,2,4", "+machine=NAME", "workload=NAME", "resume=DIR", "dry_run=true"):
+        assert option in text, option
+    assert text.count("\n  python -m sweep ") == 3  # three examples
+    assert "cpu2" in text and "staircase" in text and "nemo_micro_batch" in text
+    assert "_schema" not in text
