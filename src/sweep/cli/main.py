@@ -24,11 +24,11 @@ def _task(cfg: Any) -> None:
     """Only reached with hydra.mode=RUN: run one trial in this process (debugging a single pair)."""
     import json
 
-    from sweep.orchestration.plan import make_plan
+    from hydra.core.hydra_config import HydraConfig
+
     from sweep.core.schema import trial_dir
     from sweep.launch.job import run_job
-
-    from hydra.core.hydra_config import HydraConfig
+    from sweep.orchestration.plan import make_plan
 
     sweep_dir = Path(HydraConfig.get().runtime.output_dir).absolute()
     plan = make_plan(cfg, [], sweep_dir)

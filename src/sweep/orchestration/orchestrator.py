@@ -10,15 +10,12 @@ re-attaches to what is still running.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
-import os
 import shlex
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +31,8 @@ from sweep.errors import SweepError
 from sweep.launch import backend as backends
 from sweep.orchestration.display import Display, format_table, landed_line, scaling_lines
 from sweep.orchestration.plan import SweepPlan, make_plan
+from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
+from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, set_sweep_dir, sweep_dir_of
 
 META_FILE = "sweep.json"
 TABLE_FILE = "trials.csv"
@@ -56,28 +55,20 @@ class InFlight:
     gpus: tuple[int, ...] | None = None  # the local device group this trial holds
 
 
-class Interrupted(Exception):
-    pass
-
-
-# Exit statuses of a stopped sweep, as a shell reports a process a signal ended: 128 + signal.
-EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGPIPE: 141}
-
-
 def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25) -> int:
     """Entry from the Hydra Sweeper: build the plan, then run it (or just show it)."""
     global exit_code
     sweep_dir = default_dir = sweep_dir_of(cfg)
     if not dir_given(cfg) and sweep_dir.exists():
         sweep_dir = first_free(default_dir)
-        _set_sweep_dir(cfg, sweep_dir)
+        set_sweep_dir(cfg, sweep_dir)
     plan = make_plan(cfg, arguments, sweep_dir)
     if not plan.dry_run and not dir_given(cfg):
         # The default dir is named by the second: a sweep started in the same second by
         # someone else must not share (and resume) it. mkdir is the atomic claim.
         claimed = claim_fresh_dir(default_dir)
         if claimed != sweep_dir:
-            _set_sweep_dir(cfg, claimed)
+            set_sweep_dir(cfg, claimed)
             plan = make_plan(cfg, arguments, claimed)
     if plan.dry_run:
         print(dry_run_text(plan))
@@ -86,52 +77,6 @@ def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25
     check_runnable_here(plan)
     exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s).run()
     return exit_code
-
-
-def sweep_dir_of(cfg: Any) -> Path:
-    text = str(cfg.hydra.sweep.dir)
-    if not text.strip():
-        raise SweepError("hydra.sweep.dir is empty: give a directory, e.g. hydra.sweep.dir=outputs/my_sweep (or leave it out for a new dated one)")
-    return Path(text).expanduser().absolute()
-
-
-def dir_given(cfg: Any) -> bool:
-    """Whether the user named the sweep dir (hydra.sweep.dir=, or resume= which names it)."""
-    try:
-        given = list(cfg.hydra.overrides.hydra)
-    except Exception:  # noqa: BLE001 - no Hydra node: a caller that built its own config named it
-        return True
-    return any(str(o).lstrip("+~").startswith("hydra.sweep.dir=") for o in given)
-
-
-def _numbered(sweep_dir: Path) -> Any:
-    for n in range(1, 1000):
-        yield sweep_dir if n == 1 else sweep_dir.with_name(f"{sweep_dir.name}-{n}")
-    raise SweepError(f"{sweep_dir} and 999 numbered siblings exist: give hydra.sweep.dir=")
-
-
-def first_free(sweep_dir: Path) -> Path:
-    """sweep_dir, or the first of sweep_dir-2, -3, ... that does not exist yet (nothing is created)."""
-    return next(d for d in _numbered(sweep_dir) if not d.exists())
-
-
-def claim_fresh_dir(sweep_dir: Path) -> Path:
-    """sweep_dir if this process could create it, else the first sibling it could: mkdir is the atomic claim."""
-    sweep_dir.parent.mkdir(parents=True, exist_ok=True)
-    for candidate in _numbered(sweep_dir):
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            continue
-    raise AssertionError("unreachable")
-
-
-def _set_sweep_dir(cfg: Any, sweep_dir: Path) -> None:
-    from omegaconf import open_dict, read_write
-
-    with read_write(cfg.hydra), open_dict(cfg.hydra):
-        cfg.hydra.sweep.dir = str(sweep_dir)
 
 
 def dry_run_text(plan: SweepPlan) -> str:
@@ -184,8 +129,7 @@ class Orchestrator:
         self.workload = workloads.get(plan.meta.workload)
         self._shown_live: dict[str, float] = {}
         self.free_gpus: list[tuple[int, ...]] | None = None  # local CUDA only: device groups not in use
-        self.stop_signal: int | None = None  # what stopped the sweep (SIGINT, SIGTERM; SIGPIPE: stdout closed)
-        self.hurry = False  # a second signal came: stop waiting for cancelled trials to end
+        self.stop = StopSignals()  # SIGINT/SIGTERM noted, acted on at the loop's safe points
         self.t0 = time.monotonic()
 
     # -- the loop ----------------------------------------------------------------------------
@@ -223,7 +167,7 @@ class Orchestrator:
             lock.release()
 
     def _run_locked(self) -> int:
-        with self._stop_signals():
+        with self.stop:
             try:
                 self._start()
                 with self.display:
@@ -234,8 +178,8 @@ class Orchestrator:
             except BrokenPipeError:
                 # stdout went away (`| head` ended): nobody reads the table any more. Stop as if
                 # interrupted, the hint on stderr; what finished is kept for a resume.
-                _silence_stdout()
-                self.stop_signal = signal.SIGPIPE
+                silence_stdout()
+                self.stop.signal = signal.SIGPIPE
                 return self._interrupted()
         return self._finish()
 
@@ -256,26 +200,6 @@ class Orchestrator:
             + (f"; reusing {reused} finished trial(s)" if reused else "")
         )
 
-    @contextlib.contextmanager
-    def _stop_signals(self) -> Iterator[None]:
-        """SIGINT (Ctrl-C) and SIGTERM stop the sweep cleanly: the first interrupts the loop; any
-        later one (an impatient second Ctrl-C) only cuts the wait for cancelled trials short."""
-
-        def on_signal(signum: int, frame: Any) -> None:
-            # Only noted here: the loop stops at its next safe point (never between submitting
-            # a job and tracking it); a later signal only cuts the wait for cancelled trials short.
-            if self.stop_signal is None:
-                self.stop_signal = signum
-            else:
-                self.hurry = True
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
     def _loop(self) -> None:
         while True:
             self._stop_if_signalled()
@@ -286,7 +210,7 @@ class Orchestrator:
                 free = min(free, len(self.free_gpus))
             started = 0
             for cand in proposal.candidates:
-                if started >= free or self.stop_signal is not None:
+                if started >= free or self.stop.signal is not None:
                     break
                 if cand.key in self.results or cand.key in self.in_flight or not cand.valid:
                     continue
@@ -301,7 +225,7 @@ class Orchestrator:
             time.sleep(self.poll_interval_s)
 
     def _stop_if_signalled(self) -> None:
-        if self.stop_signal is not None:
+        if self.stop.signal is not None:
             raise Interrupted()
 
     # -- jobs ---------------------------------------------------------------------------------
@@ -461,13 +385,9 @@ class Orchestrator:
             note = self._cancel_in_flight()
         self._publish_quietly()
         self._write_meta("interrupted")
-        why = {signal.SIGTERM: "terminated", signal.SIGPIPE: "stdout closed"}.get(self.stop_signal or 0, "interrupted")
-        hint = (
-            f"{why}: {note}; finished results are kept in {self.plan.sweep_dir}; "
-            f"resume with: python -m sweep {shlex.quote(f'resume={self.plan.sweep_dir}')}"
-        )
-        print(hint, file=sys.stderr if self.stop_signal == signal.SIGPIPE else sys.stdout, flush=True)
-        return EXIT_BY_SIGNAL.get(self.stop_signal or signal.SIGINT, 130)
+        # The hint goes where someone reads: stderr once stdout is closed.
+        print(self.stop.hint(note, self.plan.sweep_dir), file=sys.stderr if self.stop.signal == signal.SIGPIPE else sys.stdout, flush=True)
+        return self.stop.exit_status()
 
     def _cancel_in_flight(self) -> str:
         """Stop this sweep's own jobs (the ones it submitted and still tracks) and record how they ended."""
@@ -475,7 +395,7 @@ class Orchestrator:
             f.cancelled = True
             backends.cancel_job(f.job, self.cluster)
         deadline = time.monotonic() + 10
-        while self.in_flight and time.monotonic() < deadline and not self.hurry:
+        while self.in_flight and time.monotonic() < deadline and not self.stop.hurry:
             self._collect_quietly()
             time.sleep(0.1)
         if self.in_flight:
@@ -487,23 +407,13 @@ class Orchestrator:
         try:
             self._collect()
         except BrokenPipeError:
-            _silence_stdout()
+            silence_stdout()
 
     def _publish_quietly(self) -> None:
         try:
             self._publish()
         except BrokenPipeError:
-            _silence_stdout()
-
-
-def _silence_stdout() -> None:
-    """Later writes to a closed stdout go nowhere instead of raising again (and at exit)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
+            silence_stdout()
 
 
 def _remove_stale_temp_files(sweep_dir: Path) -> None:
