@@ -149,3 +149,20 @@ def test_a_closed_stdout_stops_the_sweep_as_interrupted_with_the_hint_on_stderr(
     assert hint(sweep_dir) in err
     assert state(sweep_dir) == "interrupted"
     assert kept(sweep_dir)["status"] == "ok"
+
+
+def test_piped_into_head_it_stops_quietly_even_as_a_trial_starts(tmp_path):
+    """`python -m sweep | head -3` with fast trials: head leaves just as the next trial's job
+    starts, whose controller has no task yet; stopping it prints no traceback."""
+    import shlex
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    args = [sys.executable, "-m", "sweep", "hydra.sweep.dir=P", "workload=command", ARGV.replace(',"--behaviours=2:slow,4:slow"', ""),
+            "global_batch_size=16", "search=grid", "accum=1,2,4", "split=1,2"]
+    script = " ".join(shlex.quote(a) for a in args) + ' | head -3 > head.out; echo "${PIPESTATUS[0]}" > status'
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert (tmp_path / "status").read_text().strip() == "141", proc.stderr
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("stdout closed: ") and hint(tmp_path / "P") in proc.stderr, proc.stderr
+    assert len((tmp_path / "head.out").read_text().splitlines()) == 3
+    assert state(tmp_path / "P") == "interrupted"

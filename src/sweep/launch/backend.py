@@ -321,12 +321,28 @@ def cancel_job(job: Any, cluster: str) -> None:
         except OSError:
             pass
     if not tasks:
-        job.cancel(check=False)
+        _stop_controller_before_its_tasks(int(job.job_id), job)
     if groups:
         _signal_groups(groups, signal.SIGTERM)
         timer = threading.Timer(5.0, _signal_groups, (groups, signal.SIGKILL))
         timer.daemon = True
         timer.start()
+
+
+def _stop_controller_before_its_tasks(pid: int, job: Any) -> None:
+    """A controller still starting (no task yet) has nothing to hand a SIGINT on to: it would die
+    with a KeyboardInterrupt traceback on the sweep's terminal, its inherited stderr. It leads a
+    process group of its own (SweepLocalExecutor), so the group is killed: a task started in the
+    meantime goes with it."""
+    import signal
+
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+            return
+    except OSError:
+        return  # already gone
+    job.cancel(check=False)
 
 
 def _signal_groups(groups: list[int], sig: int) -> None:
