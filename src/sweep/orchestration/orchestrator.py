@@ -22,15 +22,15 @@ from typing import Any
 
 import yaml
 
-from sweep import workloads
+from sweep.launch import backend as backends
+from sweep.orchestration.display import Display, format_table, landed_line, scaling_lines
+from sweep.errors import SweepError
+from sweep.orchestration.plan import SweepPlan, make_plan
 from sweep.core.ranking import build_table, recommendation, recommendation_line, table_csv
 from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
 from sweep.core.space import Candidate
 from sweep.core.spec import TrialSpec
-from sweep.errors import SweepError
-from sweep.launch import backend as backends
-from sweep.orchestration.display import Display, format_table, landed_line, scaling_lines
-from sweep.orchestration.plan import SweepPlan, make_plan
+from sweep import workloads
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, set_sweep_dir, sweep_dir_of
 
