@@ -181,7 +181,8 @@ class Orchestrator:
                 silence_stdout()
                 self.stop.signal = signal.SIGPIPE
                 return self._interrupted()
-        return self._finish()
+            # Still under the stop handlers: a Ctrl-C now waits for the few writes that finish the sweep.
+            return self._finish()
 
     def _start(self) -> None:
         plan = self.plan
