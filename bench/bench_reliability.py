@@ -10,6 +10,13 @@ helpers, tests/faultlib.py) and counts, rather than asserts, what happened:
                     OOM), a second orchestrator on the same dir, a full disk, a read-only dir,
                     a torn record found on resume
   bad inputs tried  the bad-input table, each expected to end in one clear line, exit 2
+  interrupts        Ctrl-C (to the whole process group, as a terminal sends it), a second Ctrl-C,
+                    SIGTERM and a closed stdout, each expected to stop with its exit status (130,
+                    130, 143, 141), sweep.json `interrupted`, the resume hint, no traceback, the
+                    finished trial kept and no trial left running
+  reruns refused    reruns and resumes of a finished dir with other settings (global batch,
+                    machine, trial setting, launcher shape), each refused in one line naming
+                    what differs, the dir unchanged
   results lost      finished results that disappeared or changed after a kill or a fault
 
 Exits 1 if any result was lost, any trial ran twice, or any scenario did not behave.
@@ -34,7 +41,7 @@ import faultlib as F  # noqa: E402
 
 class Tally:
     def __init__(self) -> None:
-        self.kills = self.faults = self.bad_inputs = self.lost = 0
+        self.kills = self.faults = self.bad_inputs = self.lost = self.interrupts = self.refused = 0
         self.problems: list[str] = []
         self.skipped: list[str] = []
 
@@ -110,6 +117,55 @@ def other_faults(root: Path, t: Tally) -> None:
     print("torn result.json found on resume: reported, that trial rerun, the other reused")
 
 
+def interrupts(root: Path, t: Tally) -> None:
+    import os
+    import signal
+
+    import test_interrupts as TI
+
+    cases = [("ctrl_c", [signal.SIGINT], 130, "interrupted"), ("ctrl_c_twice", [signal.SIGINT, signal.SIGINT], 130, "interrupted"),
+             ("sigterm", [signal.SIGTERM], 143, "terminated"), ("closed_stdout", [], 141, "stdout closed")]
+    for name, signals, code, word in cases:
+        (root / name).mkdir(parents=True)
+        proc, sweep_dir = TI.start(root / name)
+        if signals:
+            TI.wait_for_second_trial(proc, sweep_dir)
+            for sig in signals:
+                os.killpg(proc.pid, sig)
+                time.sleep(0.05)
+            out, err = proc.communicate(timeout=60)
+        else:
+            proc.stdout.readline()
+            TI.wait_for_second_trial(proc, sweep_dir)
+            proc.stdout.close()
+            out, err = "", proc.stderr.read()
+            proc.wait(timeout=60)
+        t.interrupts += 1
+        good = (proc.returncode == code and "Traceback" not in out + err and f"{word}: " in out + err and TI.hint(sweep_dir) in out + err
+                and TI.state(sweep_dir) == "interrupted" and TI.kept(sweep_dir)["status"] == "ok" and TI.no_trial_left(sweep_dir))
+        t.expect(good, f"interrupt {name}: exit {proc.returncode}, {(out + err).strip()[-300:]!r}")
+    print(f"interrupts: {len(cases)} (Ctrl-C, twice, SIGTERM, closed stdout), each with its exit status, the hint, no traceback")
+
+
+def reruns_refused(root: Path, t: Tally) -> None:
+    import test_fingerprint as TF
+
+    root.mkdir(parents=True)
+    first = TF.sweep(root, "hydra.sweep.dir=D", *TF.COMMAND, "global_batch_size=16")
+    t.expect(first.returncode == 0, f"reruns: the first sweep failed: {first.stderr!r}")
+    before = TF.snapshot(root / "D")
+    changes = [(["hydra.sweep.dir=D", *TF.COMMAND, "global_batch_size=32"], "global_batch_size: 16 -> 32"),
+               (["resume=D", "+machine=cpu2"], "num_devices: 1 -> 2"),
+               (["resume=D", "trial.measure_steps=3"], "trial.measure_steps: 8 -> 3"),
+               (["resume=D", "hydra.launcher.cpus_per_task=2"], "launcher.cpus_per_task: null -> 2")]
+    for args, named in changes:
+        proc = TF.sweep(root, *args)
+        t.refused += 1
+        t.expect(one_line(proc, "holds a sweep with other settings", named), f"rerun {args[-1]}: {proc.stderr!r}")
+    t.expect(TF.snapshot(root / "D") == before, "a refused rerun changed the sweep dir")
+    print(f"reruns with other settings: {len(changes)} refused, naming what differs; dir unchanged")
+
+
 def bad_inputs(root: Path, t: Tally) -> None:
     import test_bad_input as B
 
@@ -141,7 +197,9 @@ def main() -> int:
     t0 = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="bench_reliability_"))
     try:
-        for step in (lambda: kills(root / "kills", args.seeds, t), lambda: failing_trials(root / "faults", t), lambda: other_faults(root, t)):
+        steps = (lambda: kills(root / "kills", args.seeds, t), lambda: failing_trials(root / "faults", t), lambda: other_faults(root, t),
+                 lambda: interrupts(root / "interrupts", t), lambda: reruns_refused(root / "reruns", t))
+        for step in steps:
             try:
                 step()
             except AssertionError as e:  # a scenario's own precondition failed
@@ -155,7 +213,8 @@ def main() -> int:
         print(f"skipped: {s}")
     for p in t.problems:
         print(f"PROBLEM: {p}")
-    print(f"kills survived: {t.kills}, faults injected: {t.faults}, bad inputs tried: {t.bad_inputs}, results lost: {t.lost}")
+    print(f"kills survived: {t.kills}, faults injected: {t.faults}, bad inputs tried: {t.bad_inputs}, "
+          f"interrupts: {t.interrupts}, reruns refused: {t.refused}, results lost: {t.lost}")
     print(f"({time.monotonic() - t0:.0f}s)")
     return 1 if t.lost or t.problems else 0
 

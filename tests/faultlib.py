@@ -17,10 +17,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 import yaml
 
@@ -501,16 +502,37 @@ def read_only_dir(root: Path) -> dict:
 # -- a torn record found on resume ---------------------------------------------------------------
 
 
-def torn_record_on_resume(root: Path) -> dict:
-    """A finished trial's result.json is cut in half at rest: the resumed sweep says so,
-    runs that trial again (never treats it as ok), and reuses the others."""
+def _cut_in_half(path: Path) -> None:
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+
+
+def _edit_record(path: Path, **change: Any) -> None:
+    data = json.loads(path.read_text())
+    data.update(change)
+    path.write_text(json.dumps(data))
+
+
+# How a finished trial's result.json can be wrong at rest, and what the resumed sweep must say.
+DAMAGE = {
+    "torn": (_cut_in_half, "not valid JSON"),
+    "wrong_type": (lambda p: _edit_record(p, throughput="fast"), "throughput='fast' is not a number"),
+    "other_pair": (lambda p: _edit_record(p, accum=1, per_device_batch=16, joint_batch=16), "records accum=1 split=1, not this dir's pair"),
+    "other_settings": (lambda p: _edit_record(p, fingerprint="0123456789abcdef"), "measured under other settings"),
+}
+
+
+def torn_record_on_resume(root: Path, damage: str = "torn") -> dict:
+    """A finished trial's result.json is damaged at rest (cut in half, a field of the wrong type,
+    another pair's or another configuration's record): the resumed sweep names the file, runs
+    that trial again (never adopts the record), and reuses the others."""
     sweep_dir, ledger = root / "torn", root / "torn.ledger"
     args = command_args("", (1, 2), (1,), "max_in_flight=2")
     first = run(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="0.2"), root)
     assert first.returncode == 0, first.stdout + first.stderr
     path = sweep_dir / "trials" / "accum2_split1" / RESULT_FILE
-    text = path.read_text()
-    path.write_text(text[: len(text) // 2])
+    damage_fn, said = DAMAGE[damage]
+    damage_fn(path)
     resumed = run(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="0.2"), root)
     stop_leftover_jobs(sweep_dir)
-    return dict(resumed=resumed, path=path, final=statuses(sweep_dir), counts=ledger_counts(ledger))
+    return dict(resumed=resumed, path=path, said=said, final=statuses(sweep_dir), counts=ledger_counts(ledger))

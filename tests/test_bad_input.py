@@ -129,6 +129,18 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("missing_executable", cmd(command=argv("no-such-trainer-xyz")), ["'no-such-trainer-xyz'", "not an executable on PATH", "full path"]),
     ("missing_executable_path", cmd(command=argv("/nonexistent/bin/train")), ["'/nonexistent/bin/train'", "not an executable"]),
     ("empty_command", cmd(command="workload.argv=[]"), ["workload.argv is empty", "e.g. [python, train.py"]),
+    # -- issue 13: never silently wrong
+    ("sweep_value_then_plain_value", cmd("accum=1,2", "accum=4"), ["accum is given twice", "'accum=1,2' and 'accum=4'", "give it once"]),
+    ("plain_value_then_sweep_value", cmd("split=1", "split=1,2"), ["split is given twice", "give it once"]),
+    ("search_is_a_schema", cmd("search=search_schema"), ["search=search_schema is not a valid search", "grid, powers, staircase"]),
+    ("machine_is_a_schema", cmd("+machine=machine_schema"), ["machine=machine_schema is not a valid machine", "cpu2"]),
+    ("workload_is_a_schema", ["workload=rnnt_schema"], ["workload=rnnt_schema is not a valid workload", "command, rnnt"]),
+    ("parser_skip_first_negative", cmd("+workload.parser.skip_first=-1"), ["parser.skip_first=-1", "whole number >= 0"]),
+    ("parser_skip_first_text", cmd("+workload.parser.skip_first=two"), ["parser.skip_first='two'", "whole number >= 0"]),
+    ("parser_stop_after_zero", cmd("+workload.parser.stop_after=0"), ["parser.stop_after=0", "whole number >= 1"]),
+    ("parser_regex_backtracks", cmd("workload.parser.type=regex", "+workload.parser.pattern='(?P<throughput>(\\d+\\s?)+)x'"),
+     ["parser.pattern", "catastrophic backtracking", "nested repeats"]),
+    ("empty_sweep_dir", cmd("hydra.sweep.dir="), ["hydra.sweep.dir is empty", "hydra.sweep.dir=outputs/my_sweep"]),
     # -- resume
     ("resume_not_a_sweep", ["resume=/nonexistent/sweep"], ["resume=/nonexistent/sweep", "not a sweep dir", "outputs/latest"]),
 ]
@@ -277,3 +289,27 @@ def test_memory_gib_above_the_card_warns_in_one_line_and_uses_the_card(tmp_path,
         "sweep: warning: machine.memory_gib=80 is above this card's 16.0 GiB: trials use the card's 16.0 GiB "
         "(set machine.memory_gib<=16.0 to emulate a smaller card)"
     ], err
+
+
+def test_a_dry_run_does_not_need_the_training_command_here(tmp_path, searchpath):
+    """Planning a NeMo sweep on a laptop: the command is not on PATH, a warning says so, the table shows."""
+    proc = run_case(["+sweep=nemo_micro_batch", "dry_run=true"], tmp_path, searchpath, env_extra={"PATH": os.path.dirname(sys.executable)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "sweep: warning: workload.argv[0]='nemo' is not an executable on PATH" in proc.stderr
+    assert "nothing launched" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # Without dry_run it is still refused before anything launches.
+    real = run_case(["+sweep=nemo_micro_batch"], tmp_path, searchpath, env_extra={"PATH": os.path.dirname(sys.executable)})
+    assert real.returncode == 2 and "'nemo' is not an executable on PATH" in real.stderr
+
+
+def test_help_describes_the_tool_and_hides_the_schema_names(tmp_path, searchpath):
+    proc = run_case(["--help"], tmp_path, searchpath)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "find the fastest (grad_accumulation_batches, batch_split_factor)" in text
+    for option in ("global_batch_size=", "accum=1,2,4", "+machine=NAME", "workload=NAME", "resume=DIR", "dry_run=true"):
+        assert option in text, option
+    assert text.count("\n  python -m sweep ") == 3  # three examples
+    assert "cpu2" in text and "staircase" in text and "nemo_micro_batch" in text
+    assert "_schema" not in text

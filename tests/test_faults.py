@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 import faultlib as F
+import pytest
 
 pytestmark = pytest.mark.e2e
 
@@ -116,10 +115,11 @@ def test_a_read_only_sweep_dir_gives_one_clear_line_and_changes_nothing(tmp_path
     assert not r["new_dir"].exists()
 
 
-def test_a_torn_record_found_on_resume_is_reported_and_rerun_not_trusted(tmp_path):
-    r = F.torn_record_on_resume(tmp_path)
+@pytest.mark.parametrize("damage", list(F.DAMAGE))
+def test_a_damaged_record_found_on_resume_is_reported_and_rerun_not_trusted(tmp_path, damage):
+    r = F.torn_record_on_resume(tmp_path, damage)
     assert r["resumed"].returncode == 0, r["resumed"].stdout + r["resumed"].stderr
-    assert f"ignoring {r['path']}: not valid JSON" in r["resumed"].stdout
+    assert f"ignoring {r['path']}: {r['said']}" in r["resumed"].stdout
     assert "reusing 1 finished trial(s)" in r["resumed"].stdout
     assert r["counts"] == {(1, 1): 1, (2, 1): 2}  # only the torn one ran again
     assert r["final"] == {(1, 1): ("ok", ""), (2, 1): ("ok", "")}

@@ -69,3 +69,191 @@ def test_an_added_or_removed_key_is_named():
     new = values()
     new["workload"]["amp"] = True
     assert differences(values(), new) == ["workload.amp: (unset) -> true"]
+
+
+# -- wired in: real `python -m sweep` processes with the fast fake command as the workload ---------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from sweep.core.schema import ResultError, TrialResult, collect_results, read_result, write_result  # noqa: E402
+
+FAKE = Path(__file__).with_name("fake_train.py")
+COMMAND = [
+    "workload=command",
+    f'workload.argv=["{sys.executable}","{FAKE}","--accum={{accum}}","--split={{split}}","--global_batch_size={{global_batch_size}}"]',
+    "search=grid", "accum=1,2", "split=1", "trial.time_limit_s=30",
+]
+
+
+def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("SWEEP_DEBUG", "HYDRA_FULL_ERROR")}
+    env["PYTHONPATH"] = str(Path(__file__).parents[1] / "src")
+    return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=180,
+                          stdin=subprocess.DEVNULL)
+
+
+def snapshot(root: Path) -> dict[str, float]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> tuple[Path, Path]:
+    """One finished sweep at global batch 16: (working dir, sweep dir D)."""
+    cwd = tmp_path_factory.mktemp("fp")
+    proc = sweep(cwd, "hydra.sweep.dir=D", *COMMAND, "global_batch_size=16")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return cwd, cwd / "D"
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        # The issue's cases: a rerun into the same dir with another global batch, a resume on another machine.
+        (["hydra.sweep.dir=D", *COMMAND, "global_batch_size=32"], "global_batch_size: 16 -> 32"),
+        (["resume=D", "+machine=cpu2"], "num_devices: 1 -> 2"),
+        (["resume=D", "trial.measure_steps=3"], "trial.measure_steps: 8 -> 3"),
+        (["resume=D", "hydra.launcher.cpus_per_task=2"], "launcher.cpus_per_task: null -> 2"),
+    ],
+    ids=["rerun_other_global_batch", "resume_other_machine", "resume_other_trial_setting", "resume_other_launcher_shape"],
+)
+def test_a_rerun_with_other_settings_is_refused_naming_what_differs(finished, args, named):
+    cwd, d = finished
+    before = snapshot(d)
+    proc = sweep(cwd, *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sweep: error: "), proc.stderr
+    assert f"{d} holds a sweep with other settings" in lines[0] and named in lines[0], lines[0]
+    assert "choose a new hydra.sweep.dir" in lines[0]
+    assert "reusing" not in proc.stdout and proc.stdout == ""
+    assert snapshot(d) == before  # nothing written
+
+
+def test_sweep_json_records_the_fingerprint_and_every_result_carries_it(finished):
+    _, d = finished
+    meta = json.loads((d / "sweep.json").read_text())
+    values = meta["fingerprint_values"]
+    assert meta["fingerprint"] == fingerprint(values)
+    assert values["global_batch_size"] == 16 and values["num_devices"] == 1
+    assert values["machine"]["name"] == "local" and values["workload"]["name"] == "command"
+    assert set(values["launcher"]) == {"tasks_per_node", "gpus_per_node", "nodes", "cpus_per_task"}
+    assert "measure_steps" in values["trial"]
+    for key in ("accum1_split1", "accum2_split1"):
+        assert read_result(d / "trials" / key / "result.json").fingerprint == meta["fingerprint"]
+
+
+def test_a_rerun_with_the_same_settings_reuses_what_finished(finished, tmp_path):
+    cwd, d = finished
+    copy = tmp_path / "D"
+    shutil.copytree(d, copy)
+    proc = sweep(tmp_path, "resume=D", "trial.time_limit_s=99")  # when to give up is not a measured setting
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "reusing 2 finished trial(s)" in proc.stdout
+
+
+def _result(accum: int, fp: str = "abc", **change) -> TrialResult:
+    res = TrialResult(accum=accum, split=1, per_device_batch=16 // accum, joint_batch=16 // accum, global_batch_size=16,
+                      num_devices=1, status="ok", throughput=100.0, fingerprint=fp)
+    for k, v in change.items():
+        setattr(res, k, v)
+    return res
+
+
+def _place(root: Path, dir_name: str, res: TrialResult, **raw) -> Path:
+    tdir = root / "trials" / dir_name
+    write_result(res, tdir)
+    if raw:
+        data = json.loads((tdir / "result.json").read_text())
+        data.update(raw)
+        (tdir / "result.json").write_text(json.dumps(data))
+    return tdir / "result.json"
+
+
+@pytest.mark.parametrize(
+    "dir_name, res, raw, why",
+    [
+        ("accum1_split1", _result(2), {}, "records accum=2 split=1, not this dir's pair (accum1_split1)"),
+        ("accum1_split1", _result(1, fp="other"), {}, "measured under other settings (fingerprint other, this sweep's is abc)"),
+        ("accum1_split1", _result(1, fp=""), {}, "measured under other settings (no fingerprint"),
+        ("accum1_split1", _result(1), {"throughput": "fast"}, "throughput='fast' is not a number"),
+        ("accum1_split1", _result(1), {"accum": "1"}, "accum='1' is not an integer"),
+        ("accum1_split1", _result(1), {"accum": True}, "accum=True is not an integer"),
+        ("accum1_split1", _result(1), {"step_times_s": [0.1, None]}, "step_times_s=[0.1, None] is not a list of numbers"),
+        ("accum1_split1", _result(1), {"tight": "no"}, "tight='no' is not true or false"),
+        ("accum1_split1", _result(1), {"error": None}, "error=None is not a string"),
+        ("accum1_split1", _result(1), {"oom_phase": "disk"}, "oom_phase='disk' is not one of"),
+    ],
+    ids=["misplaced_pair", "foreign_fingerprint", "no_fingerprint", "throughput_text", "accum_text", "accum_bool",
+         "step_time_null", "tight_text", "error_null", "oom_phase_unknown"],
+)
+def test_a_result_not_of_its_place_or_wrongly_typed_is_ignored_with_its_file_named(tmp_path, dir_name, res, raw, why):
+    path = _place(tmp_path, dir_name, res, **raw)
+    _place(tmp_path, "accum4_split1", _result(4))  # a good one beside it is still taken
+    errors: dict[str, str] = {}
+    found = collect_results(tmp_path, errors=errors, fingerprint="abc")
+    assert list(found) == ["accum4_split1"]
+    assert errors[dir_name].startswith(f"{path}: ") and why in errors[dir_name], errors
+
+
+def test_a_wrong_typed_field_is_a_result_error_naming_the_file(tmp_path):
+    path = _place(tmp_path, "accum1_split1", _result(1), peak_mem_gib="lots")
+    with pytest.raises(ResultError, match=r"result\.json: peak_mem_gib='lots' is not a number"):
+        read_result(path)
+
+
+def test_a_wrong_typed_result_does_not_block_a_resume(finished, tmp_path):
+    """It is reported, named, and its trial runs again; the sweep finishes."""
+    cwd, d = finished
+    shutil.copytree(d, tmp_path / "D")
+    broken = tmp_path / "D" / "trials" / "accum2_split1" / "result.json"
+    data = json.loads(broken.read_text())
+    data["throughput"] = "fast"
+    broken.write_text(json.dumps(data))
+    proc = sweep(tmp_path, "resume=D")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"ignoring {broken}: throughput='fast' is not a number" in proc.stdout
+    assert "reusing 1 finished trial(s)" in proc.stdout
+    assert read_result(broken).throughput == 550.0  # measured again
+
+
+def test_two_hosts_sweeps_of_the_same_dir_name_compare_as_two(finished, tmp_path):
+    """sweep_id is unique per sweep, not the dir's basename: hostA/run1 and hostB/run1 are two sweeps."""
+    import sweep as api
+
+    cwd, _ = finished
+    for host in ("hostA", "hostB"):
+        (tmp_path / host).mkdir()
+        proc = sweep(tmp_path / host, "hydra.sweep.dir=run1", *COMMAND, "global_batch_size=16")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids = [json.loads((tmp_path / h / "run1" / "sweep.json").read_text())["sweep_id"] for h in ("hostA", "hostB")]
+    assert ids[0] != ids[1] and all(i.startswith("run1-") for i in ids)
+    table = api.compare([str(tmp_path / "hostA" / "run1"), str(tmp_path / "hostB" / "run1")])
+    assert table["sweep_id"].nunique() == 2, table
+
+
+def test_default_dirs_of_sweeps_started_in_the_same_second_are_separate(tmp_path):
+    """The default dir is named by the second; a second sweep finding it taken gets the next free name."""
+    taken = tmp_path / "outputs" / "same"
+    taken.mkdir(parents=True)
+    (taken / "sweep.json").write_text("{}")
+    env_dir = "outputs/${oc.env:SAME_SECOND}"
+    os.environ["SAME_SECOND"] = "same"
+    try:
+        # hydra.sweep.dir set in a config (as the default is), not on the command line: a default dir.
+        (tmp_path / "sweeps").mkdir()
+        (tmp_path / "sweeps" / "fixed.yaml").write_text(f"# @package _global_\nhydra:\n  sweep:\n    dir: {env_dir}\n")
+        procs = [subprocess.Popen([sys.executable, "-m", "sweep", "+sweep=fixed", *COMMAND, "global_batch_size=16"], cwd=tmp_path,
+                                  env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) for _ in range(2)]
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        del os.environ["SAME_SECOND"]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert (taken / "sweep.json").read_text() == "{}"  # the earlier sweep's dir was not touched
+    dirs = sorted(p.name for p in (tmp_path / "outputs").iterdir() if not p.is_symlink() and p.name != "same")
+    assert dirs == ["same-2", "same-3"], dirs

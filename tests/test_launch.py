@@ -28,7 +28,7 @@ def launcher(conf: type, **changes) -> dict:
 
 def test_local_launcher_keys_map_onto_local_executor():
     cls, init, shared, own = backend.executor_settings(launcher(LocalQueueConf, python="/opt/py/bin/python"), time_limit_s=300)
-    assert cls is submitit.LocalExecutor
+    assert cls is backend.SweepLocalExecutor and issubclass(cls, submitit.LocalExecutor)  # controllers in their own session
     # `python` is a constructor argument of the executor: it passes through, whatever the plugin's version.
     assert init == {"folder": "/tmp/sweep-test/.submitit/%j", "python": "/opt/py/bin/python"}
     assert shared == {"timeout_min": 60, "tasks_per_node": 1, "nodes": 1, "name": "sweep", "stderr_to_stdout": False}

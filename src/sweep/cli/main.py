@@ -24,11 +24,11 @@ def _task(cfg: Any) -> None:
     """Only reached with hydra.mode=RUN: run one trial in this process (debugging a single pair)."""
     import json
 
-    from sweep.orchestration.plan import make_plan
+    from hydra.core.hydra_config import HydraConfig
+
     from sweep.core.schema import trial_dir
     from sweep.launch.job import run_job
-
-    from hydra.core.hydra_config import HydraConfig
+    from sweep.orchestration.plan import make_plan
 
     sweep_dir = Path(HydraConfig.get().runtime.output_dir).absolute()
     plan = make_plan(cfg, [], sweep_dir)
@@ -55,12 +55,69 @@ def expand_resume(argv: list[str]) -> list[str]:
         stored = json.loads((sweep_dir / "sweep.json").read_text())["argv"]
     except (OSError, ValueError, KeyError, TypeError):
         raise SweepError(f"resume={sweep_dir} is not a sweep dir (no readable sweep.json inside): give a dir an earlier sweep printed, e.g. outputs/latest") from None
-    keep = [a for a in stored if not a.startswith(("hydra.sweep.dir=", "resume="))]
     rest = [a for a in argv if not a.startswith("resume=")]
-    return keep + rest + [f"hydra.sweep.dir={sweep_dir.resolve()}"]
+    # A key given now replaces the stored one (accum=1,2 now: not accum=1,2,4 and accum=1,2).
+    given_keys = {_override_key(a) for a in rest}
+    keep = [a for a in stored if not a.startswith(("hydra.sweep.dir=", "resume=")) and _override_key(a) not in given_keys]
+    return keep + rest + [f"hydra.sweep.dir={hydra_quoted(str(sweep_dir.resolve()))}"]
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def hydra_quoted(value: str) -> str:
+    """A value as one quoted Hydra override value: spaces, non-ASCII letters and quotes survive."""
+    return "'" + value.replace("'", "\\'") + "'"  # Hydra reads a backslash as an escape only before a quote
+
+
+HELP = """\
+python -m sweep [KEY=VALUE ...]: find the fastest (grad_accumulation_batches, batch_split_factor)
+pair for a training job at a fixed global batch size.
+
+Each candidate pair (accum, split) runs as one short trial (a submitit job, on this host or on
+Slurm); the sweep measures its throughput and peak memory, records out-of-memory and failures
+as results, and recommends the fastest pair that fits, with a confidence score. Results land in
+the sweep dir as they finish (trials.csv, recommendation.yaml); an interrupted sweep resumes.
+
+Main options (KEY=VALUE; a sweep value is a,b,c):
+  global_batch_size=N       samples per optimizer step over all devices (default 16)
+  accum=1,2,4 split=1,2,4   candidates to try (default: every valid power of two)
+  +machine=NAME             a machine profile: {machine}
+  workload=NAME             what a trial trains: {workload}
+  +sweep=NAME               a ready-made sweep (./sweeps/NAME.yaml first): {sweep}
+  search=NAME               how candidates are chosen: {search}
+  workload.argv=[...]       with workload=command: your training command, {{accum}} {{split}} ... filled in
+  trial.time_limit_s=S      stop a trial after S seconds (recorded as timeout)
+  max_in_flight=N           trials running at once
+  hydra/launcher=submitit_slurm   run the trials as Slurm jobs (hydra.launcher.partition=...)
+  hydra.sweep.dir=DIR       where results go (default: outputs/<date_time>, outputs/latest links it)
+  resume=DIR                rerun DIR's sweep there, reusing finished trials
+  dry_run=true              show the candidates; launch nothing
+
+Examples:
+  python -m sweep dry_run=true
+  python -m sweep +machine=cpu2 global_batch_size=64 accum=1,2,4 split=1,2
+  python -m sweep workload=command 'workload.argv=["python","train.py","--accum={{accum}}","--split={{split}}"]'
+
+More: README.md; every key and its default: python -m sweep --cfg job; Hydra's own flags: --hydra-help."""
+
+
+def help_text() -> str:
+    """The tool's own help: what it does, the main options, examples; the schema names are internal."""
+    groups = {}
+    for group in ("machine", "workload", "sweep", "search"):
+        names = {p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml")}
+        if group == "sweep" and Path("sweeps").is_dir():
+            names |= {p.stem for p in Path("sweeps").glob("*.yaml")}
+        groups[group] = ", ".join(sorted(n for n in names if not n.endswith("_schema")))
+    return HELP.format(**groups)
 
 
 def main() -> int:
+    if any(a in ("--help", "-h") for a in sys.argv[1:]):
+        print(help_text())
+        return 0
     debug = bool(os.environ.get("SWEEP_DEBUG")) or bool(os.environ.get("HYDRA_FULL_ERROR"))
     # Hydra re-raises instead of printing its own multi-line report; we print one line below.
     # Set for this call only: an in-process caller (a test, a notebook) keeps its own setting.

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # Launcher keys that shape a trial (how many ranks, where); the rest (partition, time limits,
 # comments, ...) change when or where a trial runs, not what it measures.

@@ -103,6 +103,7 @@ class TrialResult:
     started_at: str = ""  # ISO-8601 UTC
     finished_at: str = ""
     stopped_early: str = ""  # why racing stopped it (it could not beat the leader); empty if it ran its course
+    fingerprint: str = ""  # the sweep configuration it measured under (core/fingerprint.py); empty: unknown
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -125,7 +126,7 @@ class TrialResult:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> "TrialResult":
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> TrialResult:
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ResultError(
@@ -136,10 +137,57 @@ class TrialResult:
         missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]  # noqa: E501
         if missing:
             raise ResultError(f"{source}: missing field(s) {', '.join(missing)}")
+        wrong = _wrong_types(data)
+        if wrong:
+            raise ResultError(f"{source}: {wrong}; the file is not a trial's record")
         result = cls(**{k: v for k, v in data.items() if k in names})
         if result.status not in FINISHED_STATUSES:
             raise ResultError(f"{source}: status={result.status!r} is not one of {', '.join(FINISHED_STATUSES)}")
+        if result.oom_phase is not None and not isinstance(result.oom_phase, OomPhase):
+            raise ResultError(f"{source}: oom_phase={result.oom_phase!r} is not one of {', '.join(OOM_PHASES)}")
         return result
+
+
+_INT, _NUM, _STR, _BOOL = "an integer", "a number", "a string", "true or false"
+# What each field's JSON value must be: (kinds, None allowed). A wrong-typed field would
+# otherwise reach the ranking (a throughput of "fast") or make a wrong key ("accumtwo_split1").
+_FIELD_KINDS: dict[str, tuple[str, bool]] = {
+    "accum": (_INT, False), "split": (_INT, False), "per_device_batch": (_INT, False), "joint_batch": (_INT, False),
+    "global_batch_size": (_INT, False), "num_devices": (_INT, False), "warmup_steps": (_INT, False),
+    "steps_measured": (_INT, True), "schema_version": (_INT, False),
+    "throughput": (_NUM, True), "throughput_low": (_NUM, True), "throughput_high": (_NUM, True),
+    "peak_mem_gib": (_NUM, True), "peak_reserved_gib": (_NUM, True), "capacity_gib": (_NUM, True),
+    "headroom": (_NUM, True), "wall_s": (_NUM, True),
+    "status": (_STR, False), "oom_phase": (_STR, True), "error": (_STR, False), "throughput_unit": (_STR, False),
+    "log": (_STR, False), "job_id": (_STR, False), "host": (_STR, False), "device": (_STR, False),
+    "started_at": (_STR, False), "finished_at": (_STR, False), "stopped_early": (_STR, False), "fingerprint": (_STR, False),
+    "tight": (_BOOL, False),
+}
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == _BOOL:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == _INT:
+        return isinstance(value, int)
+    if kind == _NUM:
+        return isinstance(value, (int, float))
+    return isinstance(value, str)
+
+
+def _wrong_types(data: dict[str, Any]) -> str:
+    """'field=value is not KIND' for the first field of the wrong JSON type, else ''."""
+    for name, (kind, nullable) in _FIELD_KINDS.items():
+        if name not in data or (nullable and data[name] is None):
+            continue
+        if not _is_kind(data[name], kind):
+            return f"{name}={data[name]!r} is not {kind}"
+    times = data.get("step_times_s", [])
+    if not isinstance(times, list) or not all(_is_kind(t, _NUM) for t in times):
+        return f"step_times_s={times!r} is not a list of numbers"
+    return ""
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -227,23 +275,38 @@ def write_ended(result: TrialResult, tdir: Path) -> Path:
     return path
 
 
-def collect_results(sweep_dir: Path, errors: dict[str, str] | None = None) -> dict[str, TrialResult]:
+def collect_results(sweep_dir: Path, errors: dict[str, str] | None = None, fingerprint: str | None = None) -> dict[str, TrialResult]:
     """Every finished, readable trial record in a sweep dir, by candidate key.
 
-    errors, if given, receives {trial dir name: why} for each record that cannot be read.
+    A record is only taken from its own place: one whose pair is not its dir's
+    (trials/accum2_split1/ holding accum=4's result) is no record of that trial. With a
+    fingerprint given, a record measured under other settings (or carrying none) is not
+    taken either. errors, if given, receives {trial dir name: why} for each record left out.
     """
     out: dict[str, TrialResult] = {}
     for tdir in sorted(p for p in (Path(sweep_dir) / "trials").glob("*") if p.is_dir()):
         try:
             res = read_trial_record(tdir)
+            if res is not None:
+                check_record_place(res, tdir, fingerprint)
         except (ResultError, OSError) as e:
-            # A torn or foreign file counts as "not finished": the trial is rerun.
+            # A torn, foreign or misplaced file counts as "not finished": the trial is rerun.
             if errors is not None:
                 errors[tdir.name] = str(e) if isinstance(e, ResultError) else f"{tdir / RESULT_FILE}: {e}"
             continue
         if res is not None:
             out[res.key] = res
     return out
+
+
+def check_record_place(res: TrialResult, tdir: Path, fingerprint: str | None = None) -> None:
+    """A ResultError naming the file if this record belongs to another trial or other settings."""
+    path = Path(tdir) / (RESULT_FILE if (Path(tdir) / RESULT_FILE).exists() else ENDED_FILE)
+    if res.key != Path(tdir).name:
+        raise ResultError(f"{path}: records accum={res.accum} split={res.split}, not this dir's pair ({Path(tdir).name})")
+    if fingerprint is not None and res.fingerprint != fingerprint:
+        got = f"fingerprint {res.fingerprint}" if res.fingerprint else "no fingerprint"
+        raise ResultError(f"{path}: measured under other settings ({got}, this sweep's is {fingerprint})")
 
 
 def point_latest(sweep_dir: Path) -> None:

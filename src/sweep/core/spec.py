@@ -24,6 +24,9 @@ class TrialSpec:
     workload: Any  # the workload's own config dataclass (sweep.workloads registry)
     trial: TrialConfig
     trial_dir: str  # where the trial writes its result.json (and any files of its own)
+    # The sweep's configuration fingerprint (core/fingerprint.py): the trial stamps it on its
+    # result.json, so a result is only ever adopted by a sweep with the same settings.
+    fingerprint: str = ""
 
     @property
     def key(self) -> str:

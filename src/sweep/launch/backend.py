@@ -12,6 +12,7 @@ import inspect
 import json
 import math
 import os
+import subprocess
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 import psutil
 import submitit
+import submitit.local.local
 from submitit.core.utils import JobPaths
 from submitit.slurm.slurm import SlurmInfoWatcher
 
@@ -78,6 +80,38 @@ class SweepSlurmExecutor(submitit.SlurmExecutor):
     job_class = SweepSlurmJob
 
 
+class _SubprocessInNewSession:
+    """What submitit's local module sees as `subprocess` while it starts a job controller:
+    the same module, but Popen starts the controller in a session of its own."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args: Any, **kwargs: Any) -> subprocess.Popen:  # noqa: N802 - stands in for subprocess.Popen
+        kwargs.setdefault("start_new_session", True)
+        return subprocess.Popen(*args, **kwargs)
+
+
+class SweepLocalExecutor(submitit.LocalExecutor):
+    """A LocalExecutor whose job controllers run in a session of their own.
+
+    In submitit's, they share the sweep's process group, so a Ctrl-C on the terminal reaches
+    each controller too: each prints a KeyboardInterrupt traceback over the sweep's output and
+    its trial dies before the sweep can record it. Here the terminal's signals reach the sweep
+    alone, which stops its jobs itself (cancel_job) and prints its one-line resume hint.
+    """
+
+    def _submit_command(self, command: str) -> Any:
+        local = submitit.local.local
+        saved = local.subprocess
+        local.subprocess = _SubprocessInNewSession()  # type: ignore[assignment]
+        try:
+            return super()._submit_command(command)
+        finally:
+            local.subprocess = saved
+
+
 def _queue_confs() -> dict[str, Any]:
     from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
 
@@ -108,7 +142,7 @@ def executor_settings(launcher: dict[str, Any], time_limit_s: float) -> tuple[ty
 
     cluster = cluster_of(launcher)
     conf = _queue_confs()[cluster]
-    cls = SweepSlurmExecutor if cluster == "slurm" else submitit.LocalExecutor
+    cls = SweepSlurmExecutor if cluster == "slurm" else SweepLocalExecutor
     shared_keys = {f.name for f in fields(BaseQueueConf)} - {"submitit_folder"}
     own_keys = {f.name for f in fields(conf)} - shared_keys - {"_target_", "submitit_folder"}
     init_keys = set(inspect.signature(cls.__init__).parameters) - {"self", "folder"}
@@ -287,12 +321,28 @@ def cancel_job(job: Any, cluster: str) -> None:
         except OSError:
             pass
     if not tasks:
-        job.cancel(check=False)
+        _stop_controller_before_its_tasks(int(job.job_id), job)
     if groups:
         _signal_groups(groups, signal.SIGTERM)
         timer = threading.Timer(5.0, _signal_groups, (groups, signal.SIGKILL))
         timer.daemon = True
         timer.start()
+
+
+def _stop_controller_before_its_tasks(pid: int, job: Any) -> None:
+    """A controller still starting (no task yet) has nothing to hand a SIGINT on to: it would die
+    with a KeyboardInterrupt traceback on the sweep's terminal, its inherited stderr. It leads a
+    process group of its own (SweepLocalExecutor), so the group is killed: a task started in the
+    meantime goes with it."""
+    import signal
+
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+            return
+    except OSError:
+        return  # already gone
+    job.cancel(check=False)
 
 
 def _signal_groups(groups: list[int], sig: int) -> None:
@@ -342,6 +392,7 @@ def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: b
         reason = f"{broken}; {reason}"
     res = TrialResult(
         **spec.numbers(),
+        fingerprint=spec.fingerprint,
         status=status,
         oom_phase=phase,
         error=reason,

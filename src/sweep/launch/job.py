@@ -30,7 +30,7 @@ class TrialJob(Checkpointable):
 
         _threads_from_slurm()
         try:
-            return workloads.get(spec.workload.name).run(spec)
+            return _stamp_fingerprint(workloads.get(spec.workload.name).run(spec), spec)
         except UncompletedJobError as exc:
             # submitit raises this from its signal handler when it will not requeue: the job
             # reached its Slurm time limit more often than hydra.launcher.max_num_timeout allows.
@@ -45,6 +45,25 @@ class TrialJob(Checkpointable):
 
 
 run_job = TrialJob()
+
+
+def _stamp_fingerprint(result: TrialResult, spec: TrialSpec) -> TrialResult:
+    """The trial's result.json carries the sweep's fingerprint, so that only a sweep with the
+    same settings adopts it. The workload wrote the file (task 0); this is still the trial."""
+    from sweep.core.schema import RESULT_FILE, ResultError, read_result, write_result
+
+    if not isinstance(result, TrialResult) or result.fingerprint == spec.fingerprint:
+        return result
+    result.fingerprint = spec.fingerprint
+    path = Path(spec.trial_dir) / RESULT_FILE
+    try:
+        written = read_result(path)
+    except (OSError, ResultError):
+        return result  # another task's, or none: task 0 alone writes the file
+    if written.job_id == result.job_id and written.fingerprint != spec.fingerprint:
+        written.fingerprint = spec.fingerprint
+        write_result(written, Path(spec.trial_dir))
+    return result
 
 
 def _threads_from_slurm() -> None:
@@ -82,7 +101,7 @@ def _record_slurm_timeout(spec: TrialSpec, exc: BaseException) -> None:
     if res is None or res.job_id != str(env.job_id):
         # Nothing written by this job yet (an earlier job's record is a cancelled run's): a fresh one.
         res = TrialResult(
-            **spec.numbers(), status=Status.TIMEOUT, log=str(env.paths.stdout), job_id=str(env.job_id),
+            **spec.numbers(), fingerprint=spec.fingerprint, status=Status.TIMEOUT, log=str(env.paths.stdout), job_id=str(env.job_id),
             host=socket.gethostname(), device=spec.machine.device,
         )
     res.status, res.oom_phase = Status.TIMEOUT, None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -31,6 +32,8 @@ from sweep.errors import SweepError
 from sweep.launch import backend as backends
 from sweep.orchestration.display import Display, format_table, landed_line, scaling_lines
 from sweep.orchestration.plan import SweepPlan, make_plan
+from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
+from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, set_sweep_dir, sweep_dir_of
 
 META_FILE = "sweep.json"
 TABLE_FILE = "trials.csv"
@@ -53,15 +56,21 @@ class InFlight:
     gpus: tuple[int, ...] | None = None  # the local device group this trial holds
 
 
-class Interrupted(Exception):
-    pass
-
-
 def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25) -> int:
     """Entry from the Hydra Sweeper: build the plan, then run it (or just show it)."""
     global exit_code
-    sweep_dir = Path(str(cfg.hydra.sweep.dir)).absolute()
+    sweep_dir = default_dir = sweep_dir_of(cfg)
+    if not dir_given(cfg) and sweep_dir.exists():
+        sweep_dir = first_free(default_dir)
+        set_sweep_dir(cfg, sweep_dir)
     plan = make_plan(cfg, arguments, sweep_dir)
+    if not plan.dry_run and not dir_given(cfg):
+        # The default dir is named by the second: a sweep started in the same second by
+        # someone else must not share (and resume) it. mkdir is the atomic claim.
+        claimed = claim_fresh_dir(default_dir)
+        if claimed != sweep_dir:
+            set_sweep_dir(cfg, claimed)
+            plan = make_plan(cfg, arguments, claimed)
     if plan.dry_run:
         print(dry_run_text(plan))
         exit_code = 0
@@ -141,6 +150,7 @@ class Orchestrator:
         self.workload = workloads.get(plan.meta.workload)
         self._shown_live: dict[str, float] = {}
         self.free_gpus: list[tuple[int, ...]] | None = None  # local CUDA only: device groups not in use
+        self.stop = StopSignals()  # SIGINT/SIGTERM noted, acted on at the loop's safe points
         self.t0 = time.monotonic()
 
     # -- the loop ----------------------------------------------------------------------------
@@ -178,6 +188,24 @@ class Orchestrator:
             lock.release()
 
     def _run_locked(self) -> int:
+        with self.stop:
+            try:
+                self._start()
+                with self.display:
+                    self._publish()
+                    self._loop()
+            except Interrupted:
+                return self._interrupted()
+            except BrokenPipeError:
+                # stdout went away (`| head` ended): nobody reads the table any more. Stop as if
+                # interrupted, the hint on stderr; what finished is kept for a resume.
+                silence_stdout()
+                self.stop.signal = signal.SIGPIPE
+                return self._interrupted()
+            # Still under the stop handlers: a Ctrl-C now waits for the few writes that finish the sweep.
+            return self._finish()
+
+    def _start(self) -> None:
         plan = self.plan
         self._load_finished()
         self.executor = backends.make_executor(plan.launcher, plan.time_limit_s)
@@ -187,26 +215,16 @@ class Orchestrator:
         self._write_meta("running")
         point_latest(plan.sweep_dir)
         reused = len(self.results)
+        self._stop_if_signalled()
         self.display.log(
             f"sweep {plan.meta.sweep_id}: {plan.meta.machine}, global_batch_size={plan.meta.global_batch_size}, "
             f"search={plan.search}, {sum(c.valid for c in plan.candidates)} valid pairs, dir {plan.sweep_dir}"
             + (f"; reusing {reused} finished trial(s)" if reused else "")
         )
-        previous = signal.signal(signal.SIGINT, _raise_interrupted)
-        previous_term = signal.signal(signal.SIGTERM, _raise_interrupted)
-        try:
-            with self.display:
-                self._publish()
-                self._loop()
-        except Interrupted:
-            return self._interrupted()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            signal.signal(signal.SIGTERM, previous_term)
-        return self._finish()
 
     def _loop(self) -> None:
         while True:
+            self._stop_if_signalled()
             landed = self._collect()
             proposal = self.strategy.propose(self.results, set(self.in_flight))
             free = self.plan.max_in_flight - len(self.in_flight)
@@ -214,7 +232,7 @@ class Orchestrator:
                 free = min(free, len(self.free_gpus))
             started = 0
             for cand in proposal.candidates:
-                if started >= free:
+                if started >= free or self.stop.signal is not None:
                     break
                 if cand.key in self.results or cand.key in self.in_flight or not cand.valid:
                     continue
@@ -225,7 +243,12 @@ class Orchestrator:
             if not self.in_flight and (proposal.done or not started):
                 # Done, or nothing left to propose with nothing running: nothing can change any more.
                 return
+            self._stop_if_signalled()
             time.sleep(self.poll_interval_s)
+
+    def _stop_if_signalled(self) -> None:
+        if self.stop.signal is not None:
+            raise Interrupted()
 
     # -- jobs ---------------------------------------------------------------------------------
     def _submit(self, cand: Candidate) -> None:
@@ -268,7 +291,7 @@ class Orchestrator:
 
     def _load_finished(self) -> None:
         unreadable: dict[str, str] = {}
-        for key, res in collect_results(self.plan.sweep_dir, errors=unreadable).items():
+        for key, res in collect_results(self.plan.sweep_dir, errors=unreadable, fingerprint=self.plan.fingerprint).items():
             # A cancelled trial was interrupted, not measured: a resumed sweep runs it again.
             if key in self.by_key and res.status != Status.CANCELLED:
                 self.results[key] = res
@@ -346,7 +369,10 @@ class Orchestrator:
             # The orchestrator's own work (this process's CPU time, trials excluded) against wall time.
             "orchestrator_cpu_s": round(time.process_time(), 3),
             "wall_s": round(time.monotonic() - self.t0, 3),
-            "command": "python -m sweep " + " ".join(sys.argv[1:]),
+            # What every trial's measurement depends on: a rerun with other values is refused.
+            "fingerprint": self.plan.fingerprint,
+            "fingerprint_values": self.plan.fingerprint_values,
+            "command": "python -m sweep " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             # What `resume=DIR` replays: the whole command line, hydra.* overrides included.
             "argv": list(sys.argv[1:]),
         }
@@ -381,27 +407,38 @@ class Orchestrator:
             left = ", ".join(str(f.job.job_id) for f in self.in_flight.values())
             note = f"left running: job(s) {left}" if left else "no trial was running"
         else:
-            # Only this sweep's own jobs: the ones it submitted and still tracks.
-            for f in self.in_flight.values():
-                f.cancelled = True
-                backends.cancel_job(f.job, self.cluster)
-            deadline = time.monotonic() + 10
-            while self.in_flight and time.monotonic() < deadline:
-                self._collect()
-                time.sleep(0.1)
-            note = "in-flight trials cancelled"
-        self._publish()
+            note = self._cancel_in_flight()
+        self._publish_quietly()
         self._write_meta("interrupted")
-        print(
-            f"interrupted: {note}; finished results are kept in {self.plan.sweep_dir}; "
-            f"resume with: python -m sweep resume={self.plan.sweep_dir}",
-            flush=True,
-        )
-        return 130
+        # The hint goes where someone reads: stderr once stdout is closed.
+        print(self.stop.hint(note, self.plan.sweep_dir), file=sys.stderr if self.stop.signal == signal.SIGPIPE else sys.stdout, flush=True)
+        return self.stop.exit_status()
 
+    def _cancel_in_flight(self) -> str:
+        """Stop this sweep's own jobs (the ones it submitted and still tracks) and record how they ended."""
+        for f in self.in_flight.values():
+            f.cancelled = True
+            backends.cancel_job(f.job, self.cluster)
+        deadline = time.monotonic() + 10
+        while self.in_flight and time.monotonic() < deadline and not self.stop.hurry:
+            self._collect_quietly()
+            time.sleep(0.1)
+        if self.in_flight:
+            # Cut short (a second Ctrl-C) or slow to end: their jobs were told to stop; a resume reruns them.
+            return f"{len(self.in_flight)} in-flight trial(s) told to stop"
+        return "in-flight trials cancelled"
 
-def _raise_interrupted(signum: int, frame: Any) -> None:
-    raise Interrupted()
+    def _collect_quietly(self) -> None:
+        try:
+            self._collect()
+        except BrokenPipeError:
+            silence_stdout()
+
+    def _publish_quietly(self) -> None:
+        try:
+            self._publish()
+        except BrokenPipeError:
+            silence_stdout()
 
 
 def _remove_stale_temp_files(sweep_dir: Path) -> None:

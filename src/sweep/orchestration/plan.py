@@ -7,13 +7,17 @@ would be valid.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from sweep import workloads
 from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig
+from sweep.core.fingerprint import differences, fingerprint, fingerprint_values
 from sweep.core.ranking import SweepMeta
 from sweep.core.space import Candidate, SpaceError, check_positive_int, enumerate_candidates
 from sweep.core.spec import TrialSpec
@@ -40,6 +44,9 @@ class SweepPlan:
     live: bool | None = None
     keep_jobs_on_interrupt: bool = False
     overrides: list[str] = field(default_factory=list)
+    # What a trial's measurement depends on (core/fingerprint.py), and its digest.
+    fingerprint_values: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str = ""
 
     def spec(self, cand: Candidate, trial_dir: Path) -> TrialSpec:
         """Everything one trial job needs (it is pickled into the job)."""
@@ -54,6 +61,7 @@ class SweepPlan:
             workload=self.workload,
             trial=self.trial,
             trial_dir=str(trial_dir),
+            fingerprint=self.fingerprint,
         )
 
 
@@ -82,7 +90,13 @@ def split_overrides(arguments: Sequence[str]) -> tuple[dict[str, list[Any]], lis
 
     swept: dict[str, list[Any]] = {}
     fixed: list[str] = []
+    given: dict[str, str] = {}
     for override in OverridesParser.create().parse_overrides(list(arguments)):
+        key = override.get_key_element()
+        if key in given and key in SWEEPABLE:
+            # Hydra would let the later one win (or sweep the earlier): the user meant one of them.
+            raise SweepError(f"{key} is given twice ({given[key]!r} and {override.input_line!r}): give it once, e.g. {key}=1,2,4")
+        given[key] = override.input_line or key
         if not override.is_sweep_override():
             fixed.append(override.input_line or "")
             continue
@@ -114,6 +128,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     from sweep.launch.backend import check_task_layout, cluster_of
 
     swept, fixed = split_overrides(arguments)
+    _check_no_schema_choice(cfg)
     launcher = OmegaConf.to_container(_launcher_node(cfg), resolve=True)
     assert isinstance(launcher, dict)
     workload_kind = workloads.get(cfg.workload.get("name"))
@@ -126,7 +141,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     _check_machine(machine)
     check_task_layout(launcher, machine.num_devices)  # one task per device, before anything is submitted
     _check_trial(trial)
-    workload_kind.validate(workload, workloads.CheckContext(local_launch=cluster_of(launcher) == "local"))
+    workload_kind.validate(workload, workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=bool(cfg.dry_run)))
     if not workload_kind.splits_apply(workload):
         # The script has no batch_split_factor: the space is accum alone.
         if any(v != 1 for v in swept.get("split", [])) or _plain(cfg.split) not in (None, 1, [1]):
@@ -154,8 +169,17 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     except ValueError as e:
         raise SweepError(str(e)) from None
 
+    values = fingerprint_values(
+        machine=asdict(machine),
+        workload=asdict(workload),
+        trial=asdict(trial),
+        global_batch_size=int(cfg.global_batch_size),
+        num_devices=int(machine.num_devices),
+        launcher=launcher,
+    )
+    stored = check_same_settings(sweep_dir, values)
     meta = SweepMeta(
-        sweep_id=sweep_dir.name,
+        sweep_id=str(stored.get("sweep_id") or new_sweep_id(sweep_dir)),
         machine=str(machine.name),
         workload=str(workload_kind.name),
         global_batch_size=int(cfg.global_batch_size),
@@ -178,7 +202,62 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         live=cfg.live,
         keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
         overrides=list(arguments),
+        fingerprint_values=values,
+        fingerprint=fingerprint(values),
     )
+
+
+META_FILE = "sweep.json"
+
+
+def stored_meta(sweep_dir: Path) -> dict[str, Any]:
+    """An existing sweep dir's sweep.json, or {} where there is none (or it cannot be read)."""
+    try:
+        meta = json.loads((sweep_dir / META_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def check_same_settings(sweep_dir: Path, values: dict[str, Any]) -> dict[str, Any]:
+    """A rerun or resume into a dir made with other settings is refused: its finished trials
+    measured something else, and reusing them would relabel their figures. The stored meta."""
+    stored = stored_meta(sweep_dir)
+    old = stored.get("fingerprint_values")
+    if isinstance(old, dict) and fingerprint(old) != fingerprint(values):
+        # The headline values first: a profile change names num_devices before its launcher's shape.
+        order = ("global_batch_size", "num_devices", "machine", "workload", "trial", "launcher")
+        changed = sorted(differences(old, values), key=lambda d: next((i for i, k in enumerate(order) if d.startswith(k)), len(order)))
+        shown = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
+        raise SweepError(
+            f"{sweep_dir} holds a sweep with other settings ({shown}): its results do not apply; "
+            f"choose a new hydra.sweep.dir (or run with that dir's own settings: python -m sweep resume={sweep_dir})"
+        )
+    return stored
+
+
+def new_sweep_id(sweep_dir: Path) -> str:
+    """Unique across hosts and dirs of the same name (two hosts' outputs/run1 are two sweeps)."""
+    return f"{sweep_dir.name}-{uuid.uuid4().hex[:8]}"
+
+
+def _check_no_schema_choice(cfg: Any) -> None:
+    """The typed schemas share the config groups with the YAML options (search=search_schema
+    composes), but they are not choices: search_schema would silently run a grid."""
+    try:
+        choices = dict(cfg.hydra.runtime.choices)
+    except Exception:  # noqa: BLE001 - hydra.mode=RUN, or a config without Hydra's node: nothing chosen
+        return
+    for group, choice in choices.items():
+        if isinstance(choice, str) and choice.endswith("_schema") and not str(group).startswith("hydra"):
+            raise SweepError(f"{group}={choice} is not a valid {group}: it is the typed schema {group} options build on; choose one of {_options(group)}")
+
+
+def _options(group: str) -> str:
+    from sweep.cli.main import CONF_DIR
+
+    names = sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+    return ", ".join(names) or "the options in conf/" + group
 
 
 def _typed(node: Any, schema: type) -> Any:

@@ -21,6 +21,7 @@ class CheckContext:
     """What a workload's validation may need to know beyond its own config."""
 
     local_launch: bool  # trials run on this host (files and executables there can be checked)
+    dry_run: bool = False  # nothing launches: what only a launch needs (the executable) is a warning
 
 
 @dataclass(frozen=True)

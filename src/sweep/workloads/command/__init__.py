@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from sweep.errors import SweepError
 from sweep.workloads.base import CheckContext, Workload
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 def _validate(config: CommandWorkloadConfig, context: CheckContext) -> None:
     from sweep.parsers import compile_phase_patterns, parser_settings
+    from sweep.parsers.regex_guard import check_regex_speed
     from sweep.workloads.command.runner import TemplateError, check_template
 
     argv, env = config.argv or [], config.env or {}
@@ -30,11 +32,21 @@ def _validate(config: CommandWorkloadConfig, context: CheckContext) -> None:
     # On Slurm the executable lives on the compute nodes; only a local launch can be checked here.
     if context.local_launch and "{" not in exe and shutil.which(exe, path=None if os.sep not in exe else "") is None:
         if not (os.sep in exe and os.access(exe, os.X_OK)):
-            raise SweepError(f"workload.argv[0]={exe!r} is not an executable on PATH: give the full path or install it")
+            problem = f"workload.argv[0]={exe!r} is not an executable on PATH: give the full path or install it"
+            if not context.dry_run:
+                raise SweepError(problem)
+            # A dry run launches nothing: it may well be planned on a host without the trainer.
+            print(f"sweep: warning: {problem} before running this sweep", file=sys.stderr)
     try:
-        parser_settings(config.parser)  # type, its keys, and the common ones (skip_first, tokens_per_sample, ...)
+        # Every parser key, the common ones (skip_first, stop_after, ...) included, before launch.
+        settings = parser_settings(config.parser)
     except ValueError as e:
         raise SweepError(f"workload.parser: {e}") from None
+    pattern = settings.parser_spec.get("pattern")
+    if settings.type == "regex" and isinstance(pattern, str):
+        slow = check_regex_speed(pattern)
+        if slow:
+            raise SweepError(f"workload.parser: {slow}")
     if config.phase_patterns is not None:
         try:
             compile_phase_patterns(config.phase_patterns)
@@ -42,13 +54,13 @@ def _validate(config: CommandWorkloadConfig, context: CheckContext) -> None:
             raise SweepError(f"workload.phase_patterns: {e}") from None
 
 
-def _run(spec: "TrialSpec") -> "TrialResult":
+def _run(spec: TrialSpec) -> TrialResult:
     from sweep.workloads.command.runner import run_command_trial
 
     return run_command_trial(spec)
 
 
-def _live_throughput(trial_dir: Path) -> Optional[float]:
+def _live_throughput(trial_dir: Path) -> float | None:
     """The last throughput the command's log showed, from the progress file its trial keeps."""
     from sweep.workloads.command.runner import PROGRESS_FILE
 

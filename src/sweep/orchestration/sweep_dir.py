@@ -1,0 +1,61 @@
+"""Which directory a sweep writes to: the one the user named, or a fresh dated one.
+
+The default dir is named by the second (outputs/<date_time>); two sweeps started in the
+same second must not share it (the second would resume the first's trials), so a default
+dir is claimed with mkdir, which only one process can win, and the loser takes the next
+free sibling (-2, -3, ...). A dir the user names (hydra.sweep.dir=, resume=) is used as given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sweep.errors import SweepError
+
+
+def sweep_dir_of(cfg: Any) -> Path:
+    text = str(cfg.hydra.sweep.dir)
+    if not text.strip():
+        raise SweepError("hydra.sweep.dir is empty: give a directory, e.g. hydra.sweep.dir=outputs/my_sweep (or leave it out for a new dated one)")
+    return Path(text).expanduser().absolute()
+
+
+def dir_given(cfg: Any) -> bool:
+    """Whether the user named the sweep dir (hydra.sweep.dir=, or resume= which names it)."""
+    try:
+        given = list(cfg.hydra.overrides.hydra)
+    except Exception:  # noqa: BLE001 - no Hydra node: a caller that built its own config named it
+        return True
+    return any(str(o).lstrip("+~").startswith("hydra.sweep.dir=") for o in given)
+
+
+def _numbered(sweep_dir: Path) -> Iterator[Path]:
+    for n in range(1, 1000):
+        yield sweep_dir if n == 1 else sweep_dir.with_name(f"{sweep_dir.name}-{n}")
+    raise SweepError(f"{sweep_dir} and 999 numbered siblings exist: give hydra.sweep.dir=")
+
+
+def first_free(sweep_dir: Path) -> Path:
+    """sweep_dir, or the first of sweep_dir-2, -3, ... that does not exist yet (nothing is created)."""
+    return next(d for d in _numbered(sweep_dir) if not d.exists())
+
+
+def claim_fresh_dir(sweep_dir: Path) -> Path:
+    """sweep_dir if this process could create it, else the first sibling it could: mkdir is the atomic claim."""
+    sweep_dir.parent.mkdir(parents=True, exist_ok=True)
+    for candidate in _numbered(sweep_dir):
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
+
+
+def set_sweep_dir(cfg: Any, sweep_dir: Path) -> None:
+    from omegaconf import open_dict, read_write
+
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.sweep.dir = str(sweep_dir)
