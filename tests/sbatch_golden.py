@@ -18,8 +18,8 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "sbatch"
 SWEEP_DIR = "/SWEEP"
@@ -55,9 +55,9 @@ def compose_plan(overrides: list[str], sweep_dir: str = SWEEP_DIR):
     """The SweepPlan `python -m sweep OVERRIDES hydra.sweep.dir=SWEEP_DIR` would run."""
     from hydra import compose, initialize_config_dir
 
-    from sweep.cli.main import CONF_DIR
     from sweep.cli.config import register_configs
     from sweep.orchestration.plan import make_plan
+    from sweep.resources import CONF_DIR
 
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):

@@ -135,7 +135,7 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("search_is_a_schema", cmd("search=search_schema"), ["search=search_schema is not a valid search", "grid, powers, staircase"]),
     ("machine_is_a_schema", cmd("+machine=machine_schema"), ["machine=machine_schema is not a valid machine", "cpu2"]),
     ("workload_is_a_schema", ["workload=rnnt_schema"], ["workload=rnnt_schema is not a valid workload", "command, rnnt"]),
-    ("parser_skip_first_negative", cmd("+workload.parser.skip_first=-1"), ["parser.skip_first=-1", "whole number >= 0"]),
+    ("parser_skip_first_negative_default_parser", cmd("+workload.parser.skip_first=-1"), ["parser.skip_first=-1", "whole number >= 0"]),
     ("parser_skip_first_text", cmd("+workload.parser.skip_first=two"), ["parser.skip_first='two'", "whole number >= 0"]),
     ("parser_stop_after_zero", cmd("+workload.parser.stop_after=0"), ["parser.stop_after=0", "whole number >= 1"]),
     ("parser_regex_backtracks", cmd("workload.parser.type=regex", "+workload.parser.pattern='(?P<throughput>(\\d+\\s?)+)x'"),

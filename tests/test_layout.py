@@ -17,7 +17,7 @@ EDGE_LIBRARIES = ("torch", "hydra", "omegaconf", "submitit", "pandas", "rich")
 # Exception classes allowed outside sweep/errors.py, and why each must stay where it is.
 ALLOWED_EXCEPTIONS = {
     # Not an error: the orchestrator's own signal (SIGINT/SIGTERM arrived), raised and caught in one module.
-    ("sweep/orchestration/orchestrator.py", "Interrupted"),
+    ("sweep/orchestration/stopping.py", "Interrupted"),
     # The built-in workload's device OOM: raised alike on every rank inside the trial, carries the phase and
     # the original traceback; it is the trial's data (Status.OOM), never shown to a user as an error.
     ("sweep/workloads/rnnt/memory.py", "DeviceOOM"),

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")  # shipped inside the package
+from sweep.resources import CONF_DIR
+
 EXIT_USAGE = 2
 EXIT_BUG = 1
 BUG_LINE = "sweep: this is a bug in sweep, not in your input; please report it with the traceback above (an issue in sweep's repository)"

@@ -254,7 +254,7 @@ def _check_no_schema_choice(cfg: Any) -> None:
 
 
 def _options(group: str) -> str:
-    from sweep.cli.main import CONF_DIR
+    from sweep.resources import CONF_DIR
 
     names = sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
     return ", ".join(names) or "the options in conf/" + group
