@@ -106,6 +106,9 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     # -- trial and search knobs
     ("measure_steps_zero", cmd("trial.measure_steps=0"), ["trial.measure_steps=0", "positive integer"]),
     ("warmup_negative", cmd("trial.warmup_steps=-1"), ["trial.warmup_steps=-1", "integer >= 0"]),
+    ("target_precision_zero", cmd("trial.target_precision=0"), ["trial.target_precision=0", "(0, 0.5)"]),
+    ("target_precision_half", cmd("trial.target_precision=0.5"), ["trial.target_precision=0.5", "(0, 0.5)"]),
+    ("max_measure_below_min", cmd("trial.measure_steps=8", "trial.max_measure_steps=4"), ["trial.max_measure_steps=4", "at least trial.measure_steps=8"]),
     ("time_limit_zero", cmd("trial.time_limit_s=0"), ["trial.time_limit_s=0", "positive number of seconds"]),
     ("max_trials_zero", cmd("search.max_trials=0"), ["search.max_trials=0", "positive integer"]),
     ("max_in_flight_zero", cmd("max_in_flight=0"), ["max_in_flight=0", "positive integer"]),

@@ -232,7 +232,13 @@ def _check_known_keys(cfg: Any, workload_schema: type) -> None:
 
 
 def _check_trial(trial: TrialConfig) -> None:
+    from sweep.core.measure import check_trial_settings
+
     _positive("trial.measure_steps", trial.measure_steps)
+    try:
+        check_trial_settings(trial)  # target_precision in (0, 0.5), max_measure_steps >= measure_steps
+    except ValueError as e:
+        raise SweepError(str(e)) from None
     warmup = trial.warmup_steps
     if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
         raise SweepError(f"trial.warmup_steps={warmup!r} is not valid: expected an integer >= 0")
