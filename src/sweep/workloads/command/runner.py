@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from sweep.core.measure import PROGRESS_FILE, enough_measured, progress_record, stop_requested
 from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
 
 PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
-PROGRESS_FILE = "progress.json"
 LOG_NAME = "command.log"
 
 
@@ -89,7 +89,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         tail = LogTail(log_path)
         try:
-            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, skip, stop_after, limit, t0)
+            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, skip, _Enough(spec.trial, skip, stop_after), limit, t0)
         except BaseException:
             # Interrupted (Ctrl-C reaches the job too): never leave the training command behind.
             _stop(proc)
@@ -106,6 +106,9 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         result = TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
     elif chosen is not None and (code == 0 or stopped_early):
         result = _ok_result(base, measurements, chosen, skip)
+        result.steps_measured = len(result.step_times_s)
+        if stopped_early not in ("", _Enough.REASON):
+            result.stopped_early = stopped_early  # racing: the orchestrator's reason
     elif code == 0:
         result = TrialResult(status=Status.FAILED, error=f"exited 0 but printed no throughput the {parser_spec.get('type', 'myrtle')} parser recognises; see {log_path}", **base)
     else:
@@ -126,8 +129,11 @@ def _job_id() -> str:
         return ""
 
 
-def _follow(proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, stop_after: Any, limit: float, t0: float) -> tuple[list[Any], bool, bool]:
-    """Read the log as it grows until the command ends, overruns its time, or has measured enough."""
+def _follow(proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, enough: "_Enough", limit: float, t0: float) -> tuple[list[Any], bool, str]:
+    """Read the log as it grows until the command ends, overruns its time, has measured enough, or is told to stop.
+
+    The last element says why the command was stopped: "" (it ended by itself), _Enough.REASON, or racing's reason.
+    """
     measurements: list[Any] = []
     while True:
         code = proc.poll()
@@ -136,14 +142,49 @@ def _follow(proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, ski
             measurements += new
             _write_progress(trial_dir, measurements, skip)
         if code is not None:
-            return measurements, False, False
-        if stop_after is not None and len(measurements) >= skip + int(stop_after):
+            return measurements, False, ""
+        why = enough.reason_to_stop(measurements, trial_dir)
+        if why:
             _stop(proc)
-            return measurements, False, True
+            return measurements, False, why
         if time.monotonic() - t0 > limit:
             _stop(proc)
-            return measurements, True, False
+            return measurements, True, ""
         time.sleep(0.2)
+
+
+class _Enough:
+    """When to stop the user's command: parser.stop_after figures after the warm-up if set, else once
+    core/measure.py's enough_measured holds for the per-step figures; or when racing's stop.json appears."""
+
+    REASON = "measured enough"
+
+    def __init__(self, trial: Any, skip: int, stop_after: Any) -> None:
+        self.trial, self.skip, self.stop_after = trial, skip, stop_after
+
+    def reason_to_stop(self, measurements: list[Any], trial_dir: Path) -> str:
+        if self.stop_after is not None:
+            if len(measurements) >= self.skip + int(self.stop_after):
+                return self.REASON
+        else:
+            times = _timed_step_times(measurements, self.skip)
+            if times and enough_measured(
+                times,
+                target_precision=float(self.trial.target_precision),
+                min_steps=int(self.trial.measure_steps),
+                max_steps=int(self.trial.max_measure_steps),
+            ):
+                return self.REASON
+        if _timed_step_times(measurements, self.skip):
+            return stop_requested(trial_dir) or ""
+        return ""
+
+
+def _timed_step_times(measurements: list[Any], skip: int) -> list[float]:
+    """Per-step times after the warm-up epochs (as _ok_result takes them); empty for epoch averages."""
+    steps = [m for m in measurements if m.step_time_s]
+    timed = [m for m in steps if m.epoch is not None and m.epoch > skip] or steps[skip:]
+    return [m.step_time_s for m in timed]
 
 
 def _ok_result(base: dict[str, Any], measurements: list[Any], chosen: Any, skip: int) -> TrialResult:
@@ -163,8 +204,8 @@ def _ok_result(base: dict[str, Any], measurements: list[Any], chosen: Any, skip:
 
 def _write_progress(trial_dir: Path, measurements: list[Any], skip: int) -> None:
     last = measurements[-1]
-    record = {"throughput": last.throughput, "measurements": len(measurements), "warmup_measurements": skip}
-    atomic_write_text(trial_dir / PROGRESS_FILE, json.dumps(record) + "\n")
+    record = progress_record(_timed_step_times(measurements, skip), throughput=last.throughput, measurements=len(measurements), warmup_measurements=skip)
+    atomic_write_text(trial_dir / PROGRESS_FILE, record)
 
 
 def _stop(proc: subprocess.Popen) -> None:
