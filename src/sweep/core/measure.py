@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from sweep.core.config import TrialConfig
 from sweep.core.stats import throughput_summary

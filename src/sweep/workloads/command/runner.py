@@ -8,7 +8,6 @@ classified from the log tail and the exit status.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -129,7 +128,7 @@ def _job_id() -> str:
         return ""
 
 
-def _follow(proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, enough: "_Enough", limit: float, t0: float) -> tuple[list[Any], bool, str]:
+def _follow(proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, enough: _Enough, limit: float, t0: float) -> tuple[list[Any], bool, str]:
     """Read the log as it grows until the command ends, overruns its time, has measured enough, or is told to stop.
 
     The last element says why the command was stopped: "" (it ended by itself), _Enough.REASON, or racing's reason.
