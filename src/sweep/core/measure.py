@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from sweep.core.config import TrialConfig
