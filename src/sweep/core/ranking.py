@@ -19,6 +19,7 @@ from sweep.core.schema import (
     OK,
     OOM,
     PENDING,
+    PREDICTED_OOM,
     RUNNING,
     SKIPPED,
     TIMEOUT,
@@ -53,7 +54,7 @@ TABLE_COLUMNS = [
 ]
 
 # Row order below the ranked rows: what is still coming, then what failed and why.
-_STATUS_ORDER = {OK: 0, RUNNING: 1, PENDING: 2, OOM: 3, TIMEOUT: 4, FAILED: 5, CANCELLED: 6, SKIPPED: 7, INVALID: 8}
+_STATUS_ORDER = {OK: 0, RUNNING: 1, PENDING: 2, OOM: 3, PREDICTED_OOM: 3, TIMEOUT: 4, FAILED: 5, CANCELLED: 6, SKIPPED: 7, INVALID: 8}
 
 
 @dataclass(frozen=True)

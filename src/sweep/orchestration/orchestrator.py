@@ -25,6 +25,7 @@ from sweep.launch import backend as backends
 from sweep.orchestration.display import Display, format_table, landed_line, scaling_lines
 from sweep.errors import SweepError
 from sweep.orchestration.plan import SweepPlan, make_plan
+from sweep.orchestration.racing import Predictions, Racing
 from sweep.core.ranking import build_table, recommendation, recommendation_line, table_csv
 from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
 from sweep.core.space import Candidate
@@ -110,7 +111,11 @@ class Orchestrator:
         self.plan = plan
         self.poll_interval_s = poll_interval_s
         self.display = display or Display(plan.live)
-        self.strategy = make_strategy(plan.search, plan.candidates, plan.max_trials)
+        self.strategy = make_strategy(
+            plan.search, plan.candidates, plan.max_trials, capacity_gib=plan.machine.memory_gib, trust_memory_model=plan.trust_memory_model
+        )
+        self.racing = Racing(plan.sweep_dir, plan.meta.global_batch_size)
+        self.predictions = Predictions(plan.sweep_dir, plan.meta, self.by_key, plan.machine.memory_gib)
         self.by_key = {c.key: c for c in plan.candidates}
         self.results: dict[str, TrialResult] = {}
         self.in_flight: dict[str, InFlight] = {}
@@ -187,7 +192,9 @@ class Orchestrator:
     def _loop(self) -> None:
         while True:
             landed = self._collect()
+            self._race()
             proposal = self.strategy.propose(self.results, set(self.in_flight))
+            landed += self._update_predicted()
             free = self.plan.max_in_flight - len(self.in_flight)
             if self.free_gpus is not None:
                 free = min(free, len(self.free_gpus))
@@ -214,6 +221,7 @@ class Orchestrator:
         tdir.mkdir(parents=True, exist_ok=True)
         spec = self.plan.spec(cand, tdir)
         backends.forget_ended(tdir)  # an earlier job's end is no longer this trial's news
+        self.racing.forget(cand.key)  # nor an earlier run's stop request
         gpus = self.free_gpus.pop(0) if self.free_gpus else None
         if gpus is not None:
             # LocalExecutor's documented parameters: the job's CUDA_VISIBLE_DEVICES is this group.
@@ -242,7 +250,7 @@ class Orchestrator:
                 self.free_gpus.append(f.gpus)
             self.results[key] = res
             landed += 1
-            self.display.log(landed_line(res))
+            self.display.log(landed_line(res) + (f" (stopped early: {res.stopped_early})" if res.stopped_early else ""))
         return landed
 
     def _load_finished(self) -> None:
@@ -267,9 +275,24 @@ class Orchestrator:
                 self.in_flight[cand.key] = InFlight(cand, job, self.plan.spec(cand, tdir), time.monotonic())
                 self.display.log(f"re-attached to running job {job.job_id} for accum={cand.accum} split={cand.split}")
 
+    # -- racing and the memory model (orchestration/racing.py) ---------------------------------
+    def _race(self) -> None:
+        for key, reason in self.racing.stop_losers(list(self.in_flight), self.results).items():
+            f = self.in_flight[key]
+            self.display.log(f"accum={f.cand.accum} split={f.cand.split}: stopping it, {reason}")
+
+    def _update_predicted(self) -> int:
+        """Record and log the pairs the strategy will not launch on the memory model's word; how many changed."""
+        lines = self.predictions.update(self.strategy, self.results, len(self.in_flight))
+        for line in lines:
+            self.display.log(line)
+        return len(lines)
+
     # -- output -------------------------------------------------------------------------------
     def _rows(self, done: bool = False) -> list[dict[str, Any]]:
-        return build_table(self.plan.meta, self.plan.candidates, self.results, set(self.in_flight), self._live_throughput(), done)
+        # Predicted OOMs are shown, not results: the strategy and the score never count them as run.
+        shown = {**{k: v for k, v in self.predictions.records.items() if k not in self.in_flight}, **self.results}
+        return build_table(self.plan.meta, self.plan.candidates, shown, set(self.in_flight), self._live_throughput(), done)
 
     def _live_throughput(self) -> dict[str, float]:
         """Throughput running trials already show, as their workload reports it."""
@@ -289,7 +312,7 @@ class Orchestrator:
     def _recommendation(self, done: bool) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score
 
-        conf = confidence_score(self.plan.candidates, self.results, done=done)
+        conf = confidence_score(self.plan.candidates, self.results, done=done, predicted_oom=self.predictions.p_exceeds)
         return recommendation(self.plan.meta, self.results, conf)
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

@@ -39,6 +39,7 @@ class SweepPlan:
     dry_run: bool = False
     live: bool | None = None
     keep_jobs_on_interrupt: bool = False
+    trust_memory_model: bool = True  # search.trust_memory_model: skip pairs the memory model predicts to OOM
     overrides: list[str] = field(default_factory=list)
 
     def spec(self, cand: Candidate, trial_dir: Path) -> TrialSpec:
@@ -135,7 +136,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     from sweep.core.strategies import make_strategy
 
     try:
-        make_strategy(search, candidates, max_trials)
+        make_strategy(search, candidates, max_trials, capacity_gib=machine.memory_gib, trust_memory_model=bool(cfg.search.trust_memory_model))
     except ValueError as e:
         raise SweepError(str(e)) from None
 
@@ -161,6 +162,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         dry_run=bool(cfg.dry_run),
         live=cfg.live,
         keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
+        trust_memory_model=bool(cfg.search.get("trust_memory_model", True)),
         overrides=list(arguments),
     )
 
