@@ -115,7 +115,7 @@ class Orchestrator:
             plan.search, plan.candidates, plan.max_trials, capacity_gib=plan.machine.memory_gib, trust_memory_model=plan.trust_memory_model
         )
         self.racing = Racing(plan.sweep_dir, plan.meta.global_batch_size)
-        self.predictions = Predictions(plan.sweep_dir, plan.meta, self.by_key, plan.machine.memory_gib)
+        self.predictions = Predictions(plan.sweep_dir, plan.meta, {c.key: c for c in plan.candidates}, plan.machine.memory_gib)
         self.by_key = {c.key: c for c in plan.candidates}
         self.results: dict[str, TrialResult] = {}
         self.in_flight: dict[str, InFlight] = {}

@@ -161,7 +161,8 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             enough, stop = False, ""
             if step >= warmup and rank == 0:
                 enough = _measured_enough(result.step_times_s, trial)
-                stop = "" if enough else (stop_requested(spec.trial_dir) or "")
+                # A stop request counts once a timed step exists: there is a partial measurement to keep.
+                stop = "" if enough or not result.step_times_s else (stop_requested(spec.trial_dir) or "")
             if world_size > 1:
                 enough, stop = _agree(enough, stop, device)
             if enough:
