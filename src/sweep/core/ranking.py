@@ -131,7 +131,7 @@ def build_table(
                 peak_mem_gib=res.peak_mem_gib,
                 wall_s=res.wall_s,
                 steps_measured=len(res.step_times_s) if res.step_times_s else None,
-                reason=res.error,
+                reason=res.error or (f"stopped early: {res.stopped_early}" if res.stopped_early else ""),
                 log=res.log,
                 job_id=res.job_id,
                 rank=ranks.get(cand.key),
