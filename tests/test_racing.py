@@ -202,3 +202,61 @@ def test_a_command_trial_that_cannot_win_is_stopped_and_counts_as_ok(tmp_path):
     # Adaptive measurement stopped the fast one too: it prints 40 steps, far more than it needed.
     fast = read_result(trial_dir(sweep_dir, "accum1_split1") / RESULT_FILE)
     assert not fast.stopped_early and 6 <= fast.steps_measured < 39
+
+
+STEADY_SCRIPT = '''
+import time
+for it in range(12):
+    print(f"iter {it}: loss 1.0000, time {10.0 * (1 + 0.001 * (it % 3)):.2f}ms, mfu 30.00%", flush=True)
+    time.sleep(0.02)
+'''
+
+
+@pytest.mark.e2e
+def test_pairs_predicted_to_oom_are_not_launched_and_shown_with_peak_and_capacity(tmp_path):
+    """Nine finished trials (as a resumed sweep finds them) with peaks 0.1 + 0.02 p + 0.01 j + 0.05 (s > 1) GiB;
+    capacity 1 GiB: the accum=1 pairs (>= 1.6 GiB) and accum=2 split=1 (1.06 GiB) are not launched."""
+    from sweep_run import run_sweep
+
+    from sweep.core.schema import write_result
+
+    sweep_dir = tmp_path / "s"
+    for accum in (4, 8, 16):
+        for split in (1, 2, 4):
+            p = GBS // accum
+            res = replace(ok(accum, STEADY, split=split), peak_mem_gib=0.1 + 0.02 * p + 0.01 * (p // split) + (0.05 if split > 1 else 0.0))
+            tdir = trial_dir(sweep_dir, res.key)
+            tdir.mkdir(parents=True)
+            write_result(res, tdir)
+    script = tmp_path / "steady.py"
+    script.write_text(STEADY_SCRIPT)
+    argv = f'["{sys.executable}","{script}"]'
+    common = [
+        "workload=command", f"workload.argv={argv}", "workload.parser.type=nanogpt", f"global_batch_size={GBS}", "search=grid",
+        "accum=1,2,4,8,16", "split=1,2,4", "machine.memory_gib=1.0", "trial.time_limit_s=60", "live=false",
+    ]
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *common], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {(int(r["accum"]), int(r["split"])): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+    doomed = [(1, 1), (1, 2), (1, 4), (2, 1)]
+    for pair in doomed:
+        row = rows[pair]
+        assert row["status"] == "predicted_oom" and not row["wall_s"], row
+        assert row["reason"].startswith("predicted OOM: ") and "> 1 GiB" in row["reason"]
+        assert float(row["peak_mem_gib"]) > 1.0
+        assert f"accum={pair[0]} split={pair[1]}: predicted_oom, not launched: predicted OOM:" in proc.stdout
+        saved = json.loads((trial_dir(sweep_dir, f"accum{pair[0]}_split{pair[1]}") / PREDICTED_FILE).read_text())
+        assert saved["capacity_gib"] == 1.0 and saved["status"] == "predicted_oom"
+        assert not (trial_dir(sweep_dir, f"accum{pair[0]}_split{pair[1]}") / RESULT_FILE).exists()
+    assert rows[(2, 2)]["status"] == rows[(2, 4)]["status"] == "ok"  # predicted to fit: launched
+
+    # search.trust_memory_model=false: the same sweep launches them (the command does not really OOM here).
+    off_dir = tmp_path / "off"
+    for tdir in (sweep_dir / "trials").iterdir():
+        if (tdir / RESULT_FILE).exists() and tdir.name.startswith(("accum4", "accum8", "accum16")):
+            (off_dir / "trials" / tdir.name).mkdir(parents=True)
+            (off_dir / "trials" / tdir.name / RESULT_FILE).write_text((tdir / RESULT_FILE).read_text())
+    proc = run_sweep([f"hydra.sweep.dir={off_dir}", *common, "search.trust_memory_model=false"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {(int(r["accum"]), int(r["split"])): r for r in csv.DictReader((off_dir / "trials.csv").open())}
+    assert all(rows[pair]["status"] == "ok" for pair in doomed) and "predicted_oom" not in proc.stdout
