@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,16 @@ def stop_requested(trial_dir: str | Path) -> str | None:
 def progress_record(step_times_s: Sequence[float], **extra: Any) -> str:
     """PROGRESS_FILE's text: the timed step times so far (what racing builds the running interval from)."""
     return json.dumps({**extra, "step_times_s": [round(float(t), 6) for t in step_times_s]}) + "\n"
+
+
+def write_progress(trial_dir: str | Path, text: str) -> None:
+    """Replace PROGRESS_FILE atomically, without fsync: it is rewritten every step, a crash may lose it,
+    and a per-step fsync costs milliseconds on a shared file system."""
+    path = Path(trial_dir) / PROGRESS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{PROGRESS_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def progress_step_times(trial_dir: str | Path) -> list[float]:

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from sweep.core.measure import PROGRESS_FILE, enough_measured, progress_record, stop_requested
-from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, read_log_tail, write_result
+from sweep.core.measure import PROGRESS_FILE, enough_measured, progress_record, stop_requested, write_progress  # noqa: F401 (PROGRESS_FILE: the workload reads it from here)
+from sweep.core.schema import Status, TrialResult, now_iso, read_log_tail, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
 
@@ -204,7 +204,7 @@ def _ok_result(base: dict[str, Any], measurements: list[Any], chosen: Any, skip:
 def _write_progress(trial_dir: Path, measurements: list[Any], skip: int) -> None:
     last = measurements[-1]
     record = progress_record(_timed_step_times(measurements, skip), throughput=last.throughput, measurements=len(measurements), warmup_measurements=skip)
-    atomic_write_text(trial_dir / PROGRESS_FILE, record)
+    write_progress(trial_dir, record)
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 
 from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
-from sweep.core.measure import PROGRESS_FILE, enough_measured, progress_record, stop_requested
-from sweep.core.schema import OomPhase, Status, TrialResult, atomic_write_text, now_iso, write_result
+from sweep.core.measure import enough_measured, progress_record, stop_requested, write_progress
+from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
 from sweep.workloads.rnnt.model import RNNTWorkload
@@ -179,7 +179,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             if step >= warmup:
                 result.step_times_s.append(dt)
                 if rank == 0:
-                    atomic_write_text(Path(spec.trial_dir) / PROGRESS_FILE, progress_record(result.step_times_s, global_batch_size=global_batch))
+                    write_progress(spec.trial_dir, progress_record(result.step_times_s, global_batch_size=global_batch))
             step += 1
             # Out of the most it may run: the warm-up plus trial.max_measure_steps timed steps.
             say(f"step {step}/{warmup + int(trial.max_measure_steps)}{' (warm-up)' if step <= warmup else ''}: {dt:.3f} s")
