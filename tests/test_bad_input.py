@@ -108,6 +108,9 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     # -- trial and search knobs
     ("measure_steps_zero", cmd("trial.measure_steps=0"), ["trial.measure_steps=0", "positive integer"]),
     ("warmup_negative", cmd("trial.warmup_steps=-1"), ["trial.warmup_steps=-1", "integer >= 0"]),
+    ("target_precision_zero", cmd("trial.target_precision=0"), ["trial.target_precision=0", "(0, 0.5)"]),
+    ("target_precision_half", cmd("trial.target_precision=0.5"), ["trial.target_precision=0.5", "(0, 0.5)"]),
+    ("max_measure_below_min", cmd("trial.measure_steps=8", "trial.max_measure_steps=4"), ["trial.max_measure_steps=4", "at least trial.measure_steps=8"]),
     ("time_limit_zero", cmd("trial.time_limit_s=0"), ["trial.time_limit_s=0", "positive number of seconds"]),
     ("memory_margin_negative", cmd("trial.memory_margin=-0.1"), ["trial.memory_margin=-0.1", "[0, 0.5)"]),
     ("memory_margin_half", cmd("trial.memory_margin=0.5"), ["trial.memory_margin=0.5", "[0, 0.5)"]),

@@ -38,7 +38,7 @@ WAIT_S = 90
 # A trial slow enough to act on while it measures: a longer, wider encoder (about 0.1 s a
 # step on one core) for 40 steps. Compute, not step count, makes it slow: each logged step
 # also costs Slurm's I/O forwarding, which varies more between hosts than the compute does.
-SLOW = ["workload.frames=1024", "workload.enc_hidden=256", "trial.measure_steps=40", "machine.memory_gib=2"]
+SLOW = ["workload.frames=1024", "workload.enc_hidden=256", "trial.measure_steps=40", "trial.max_measure_steps=40", "machine.memory_gib=2"]
 
 
 # -- golden sbatch scripts (no cluster needed) -----------------------------------------------

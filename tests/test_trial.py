@@ -44,7 +44,7 @@ def make_spec(tmp_path: Path, accum=2, split=2, global_batch=8, memory_gib=2.0, 
         num_devices=1,
         machine=MachineConfig(memory_gib=memory_gib, **machine),
         workload=workload,
-        trial=TrialConfig(warmup_steps=1, measure_steps=4, seed=0),
+        trial=TrialConfig(warmup_steps=1, measure_steps=4, max_measure_steps=4, seed=0),
         trial_dir=str(tmp_path / "trials" / key),
     )
 

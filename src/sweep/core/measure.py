@@ -16,8 +16,12 @@ not show (core/confidence.py's TRIAL_FLOOR).
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Sequence
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from sweep.core.config import TrialConfig
 from sweep.core.stats import throughput_summary
@@ -27,6 +31,12 @@ MIN_INTERVAL_STEPS = 6
 RACE_MARGIN = 0.01  # relative gap required between the two intervals
 
 Interval = tuple[float, float]  # (low, high) samples/s
+
+# The racing protocol's files in a trial dir. The trial alone writes PROGRESS_FILE (its timed
+# steps so far); the orchestrator alone writes STOP_FILE ({"reason": ...}) to stop a trial that
+# cannot win. A trial polls for STOP_FILE between steps and keeps its partial measurement.
+PROGRESS_FILE = "progress.json"
+STOP_FILE = "stop.json"
 
 
 def relative_half_widths(step_times_s: Sequence[float]) -> tuple[float, float]:
@@ -89,3 +99,43 @@ def check_trial_settings(trial: TrialConfig) -> None:
         raise ValueError(
             f"trial.max_measure_steps={cap} is not valid: expected at least trial.measure_steps={steps} (the minimum)"
         )
+
+
+def stop_requested(trial_dir: str | Path) -> str | None:
+    """The reason in the trial's stop.json, or None while the orchestrator has not asked it to stop."""
+    path = Path(trial_dir) / STOP_FILE
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return "stopped by the orchestrator"  # written atomically, so unreadable means a foreign file: still a request
+    reason = record.get("reason") if isinstance(record, dict) else None
+    return str(reason) if reason else "stopped by the orchestrator"
+
+
+def progress_record(step_times_s: Sequence[float], **extra: Any) -> str:
+    """PROGRESS_FILE's text: the timed step times so far (what racing builds the running interval from)."""
+    return json.dumps({**extra, "step_times_s": [round(float(t), 6) for t in step_times_s]}) + "\n"
+
+
+def write_progress(trial_dir: str | Path, text: str) -> None:
+    """Replace PROGRESS_FILE atomically, without fsync: it is rewritten every step, a crash may lose it,
+    and a per-step fsync costs milliseconds on a shared file system."""
+    path = Path(trial_dir) / PROGRESS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{PROGRESS_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def progress_step_times(trial_dir: str | Path) -> list[float]:
+    """Timed step times a running trial reported so far; empty when it reported none (or no file yet)."""
+    try:
+        record = json.loads((Path(trial_dir) / PROGRESS_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    times = record.get("step_times_s") if isinstance(record, dict) else None
+    if not isinstance(times, list):
+        return []
+    return [float(t) for t in times if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0]

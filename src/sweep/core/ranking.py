@@ -158,7 +158,7 @@ def build_table(
                 peak_mem_gib=res.peak_mem_gib,
                 wall_s=res.wall_s,
                 steps_measured=res.steps_measured if res.steps_measured is not None else len(res.step_times_s) or None,
-                reason=res.error,
+                reason=res.error or (f"stopped early: {res.stopped_early}" if res.stopped_early else ""),
                 log=res.log,
                 job_id=res.job_id,
                 rank=ranks.get(cand.key),

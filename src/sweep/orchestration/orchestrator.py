@@ -32,6 +32,7 @@ from sweep.errors import SweepError
 from sweep.launch import backend as backends
 from sweep.orchestration.display import Display, format_table, landed_line, scaling_lines
 from sweep.orchestration.plan import SweepPlan, make_plan
+from sweep.orchestration.racing import Predictions, Racing
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, set_sweep_dir, sweep_dir_of
 
@@ -140,7 +141,11 @@ class Orchestrator:
         self.plan = plan
         self.poll_interval_s = poll_interval_s
         self.display = display or Display(plan.live)
-        self.strategy = make_strategy(plan.search, plan.candidates, plan.max_trials)
+        self.strategy = make_strategy(
+            plan.search, plan.candidates, plan.max_trials, capacity_gib=plan.machine.memory_gib, trust_memory_model=plan.trust_memory_model
+        )
+        self.racing = Racing(plan.sweep_dir, plan.meta.global_batch_size)
+        self.predictions = Predictions(plan.sweep_dir, plan.meta, {c.key: c for c in plan.candidates}, plan.machine.memory_gib)
         self.by_key = {c.key: c for c in plan.candidates}
         self.results: dict[str, TrialResult] = {}
         self.in_flight: dict[str, InFlight] = {}
@@ -226,7 +231,9 @@ class Orchestrator:
         while True:
             self._stop_if_signalled()
             landed = self._collect()
+            self._race()
             proposal = self.strategy.propose(self.results, set(self.in_flight))
+            landed += self._update_predicted()
             free = self.plan.max_in_flight - len(self.in_flight)
             if self.free_gpus is not None:
                 free = min(free, len(self.free_gpus))
@@ -258,6 +265,7 @@ class Orchestrator:
         tdir.mkdir(parents=True, exist_ok=True)
         spec = self.plan.spec(cand, tdir)
         backends.forget_ended(tdir)  # an earlier job's end is no longer this trial's news
+        self.racing.forget(cand.key)  # nor an earlier run's stop request
         gpus = self.free_gpus.pop(0) if self.free_gpus else None
         if gpus is not None:
             # LocalExecutor's documented parameters: the job's CUDA_VISIBLE_DEVICES is this group.
@@ -286,7 +294,7 @@ class Orchestrator:
                 self.free_gpus.append(f.gpus)
             self.results[key] = res
             landed += 1
-            self.display.log(landed_line(res))
+            self.display.log(landed_line(res) + (f" (stopped early: {res.stopped_early})" if res.stopped_early else ""))
         return landed
 
     def _load_finished(self) -> None:
@@ -311,9 +319,24 @@ class Orchestrator:
                 self.in_flight[cand.key] = InFlight(cand, job, self.plan.spec(cand, tdir), time.monotonic())
                 self.display.log(f"re-attached to running job {job.job_id} for accum={cand.accum} split={cand.split}")
 
+    # -- racing and the memory model (orchestration/racing.py) ---------------------------------
+    def _race(self) -> None:
+        for key, reason in self.racing.stop_losers(list(self.in_flight), self.results).items():
+            f = self.in_flight[key]
+            self.display.log(f"accum={f.cand.accum} split={f.cand.split}: stopping it, {reason}")
+
+    def _update_predicted(self) -> int:
+        """Record and log the pairs the strategy will not launch on the memory model's word; how many changed."""
+        lines = self.predictions.update(self.strategy, self.results, len(self.in_flight))
+        for line in lines:
+            self.display.log(line)
+        return len(lines)
+
     # -- output -------------------------------------------------------------------------------
     def _rows(self, done: bool = False) -> list[dict[str, Any]]:
-        return build_table(self.plan.meta, self.plan.candidates, self.results, set(self.in_flight), self._live_throughput(), done)
+        # Predicted OOMs are shown, not results: the strategy and the score never count them as run.
+        shown = {**{k: v for k, v in self.predictions.records.items() if k not in self.in_flight}, **self.results}
+        return build_table(self.plan.meta, self.plan.candidates, shown, set(self.in_flight), self._live_throughput(), done)
 
     def _live_throughput(self) -> dict[str, float]:
         """Throughput running trials already show, as their workload reports it."""
@@ -333,7 +356,7 @@ class Orchestrator:
     def _recommendation(self) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score
 
-        conf = confidence_score(self.plan.candidates, self.results)
+        conf = confidence_score(self.plan.candidates, self.results, predicted_oom=self.predictions.p_exceeds)
         return recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin)
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

@@ -43,6 +43,7 @@ class SweepPlan:
     dry_run: bool = False
     live: bool | None = None
     keep_jobs_on_interrupt: bool = False
+    trust_memory_model: bool = True  # search.trust_memory_model: skip pairs the memory model predicts to OOM
     overrides: list[str] = field(default_factory=list)
     # What a trial's measurement depends on (core/fingerprint.py), and its digest.
     fingerprint_values: dict[str, Any] = field(default_factory=dict)
@@ -165,7 +166,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     from sweep.core.strategies import make_strategy
 
     try:
-        make_strategy(search, candidates, max_trials)
+        make_strategy(search, candidates, max_trials, capacity_gib=machine.memory_gib, trust_memory_model=bool(cfg.search.trust_memory_model))
     except ValueError as e:
         raise SweepError(str(e)) from None
 
@@ -201,6 +202,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         dry_run=bool(cfg.dry_run),
         live=cfg.live,
         keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
+        trust_memory_model=bool(cfg.search.get("trust_memory_model", True)),
         overrides=list(arguments),
         fingerprint_values=values,
         fingerprint=fingerprint(values),
@@ -327,7 +329,13 @@ def _check_known_keys(cfg: Any, workload_schema: type) -> None:
 
 
 def _check_trial(trial: TrialConfig) -> None:
+    from sweep.core.measure import check_trial_settings
+
     _positive("trial.measure_steps", trial.measure_steps)
+    try:
+        check_trial_settings(trial)  # target_precision in (0, 0.5), max_measure_steps >= measure_steps
+    except ValueError as e:
+        raise SweepError(str(e)) from None
     warmup = trial.warmup_steps
     if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
         raise SweepError(f"trial.warmup_steps={warmup!r} is not valid: expected an integer >= 0")

@@ -9,7 +9,6 @@ classified from the log tail and the exit status.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal
 import socket
@@ -20,13 +19,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, write_result
+from sweep.core.measure import PROGRESS_FILE, enough_measured, progress_record, stop_requested, write_progress  # noqa: F401 (PROGRESS_FILE: the workload reads it from here)
+from sweep.core.schema import Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.errors import TemplateError  # defined there; still importable from here
 from sweep.launch.memory import TreeMemorySampler, is_tight
 
 PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
-PROGRESS_FILE = "progress.json"
 LOG_NAME = "command.log"
 
 
@@ -90,7 +89,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         tail = LogTail(log_path)
         sampler = _memory_sampler(proc.pid, spec).start()
         try:
-            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, skip, stop_after, limit, t0, live_rate)
+            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, skip, _Enough(spec.trial, skip, stop_after), limit, t0, live_rate)
         except BaseException:
             # Interrupted (Ctrl-C reaches the job too): never leave the training command behind.
             _stop(proc)
@@ -115,6 +114,8 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         result = TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
     elif summary is not None and (code == 0 or stopped_early):
         result = _ok_result(base, summary)
+        if stopped_early not in ("", _Enough.REASON):
+            result.stopped_early = stopped_early  # racing: the orchestrator's reason
     elif code == 0:
         result = TrialResult(status=Status.FAILED, error=f"exited 0 but printed no throughput the {settings.type} parser recognises{why_not}; see {log_path}", **base)
     else:
@@ -145,9 +146,12 @@ def _job_id() -> str:
 
 
 def _follow(
-    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, stop_after: Any, limit: float, t0: float, rate: Any = None
-) -> tuple[list[Any], bool, bool]:
-    """Read the log as it grows until the command ends, overruns its time, or has measured enough."""
+    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, enough: _Enough, limit: float, t0: float, rate: Any = None
+) -> tuple[list[Any], bool, str]:
+    """Read the log as it grows until the command ends, overruns its time, has measured enough, or is told to stop.
+
+    The last element says why the command was stopped: "" (it ended by itself), _Enough.REASON, or racing's reason.
+    """
     measurements: list[Any] = []
     while True:
         code = proc.poll()
@@ -156,14 +160,49 @@ def _follow(
             measurements += new
             _write_progress(trial_dir, measurements, skip, rate)
         if code is not None:
-            return measurements, False, False
-        if stop_after is not None and len(measurements) >= skip + int(stop_after):
+            return measurements, False, ""
+        why = enough.reason_to_stop(measurements, trial_dir)
+        if why:
             _stop(proc)
-            return measurements, False, True
+            return measurements, False, why
         if time.monotonic() - t0 > limit:
             _stop(proc)
-            return measurements, True, False
+            return measurements, True, ""
         time.sleep(0.2)
+
+
+class _Enough:
+    """When to stop the user's command: parser.stop_after figures after the warm-up if set, else once
+    core/measure.py's enough_measured holds for the per-step figures; or when racing's stop.json appears."""
+
+    REASON = "measured enough"
+
+    def __init__(self, trial: Any, skip: int, stop_after: Any) -> None:
+        self.trial, self.skip, self.stop_after = trial, skip, stop_after
+
+    def reason_to_stop(self, measurements: list[Any], trial_dir: Path) -> str:
+        if self.stop_after is not None:
+            if len(measurements) >= self.skip + int(self.stop_after):
+                return self.REASON
+        else:
+            times = _timed_step_times(measurements, self.skip)
+            if times and enough_measured(
+                times,
+                target_precision=float(self.trial.target_precision),
+                min_steps=int(self.trial.measure_steps),
+                max_steps=int(self.trial.max_measure_steps),
+            ):
+                return self.REASON
+        if _timed_step_times(measurements, self.skip):
+            return stop_requested(trial_dir) or ""
+        return ""
+
+
+def _timed_step_times(measurements: list[Any], skip: int) -> list[float]:
+    """Per-step times after the warm-up epochs (as _ok_result takes them); empty for epoch averages."""
+    steps = [m for m in measurements if m.step_time_s]
+    timed = [m for m in steps if m.epoch is not None and m.epoch > skip] or steps[skip:]
+    return [m.step_time_s for m in timed]
 
 
 def _ok_result(base: dict[str, Any], summary: Any) -> TrialResult:
@@ -198,8 +237,10 @@ def live_throughput(m: Any, *, context: Any, unit: str | None) -> tuple[float | 
 def _write_progress(trial_dir: Path, measurements: list[Any], skip: int, rate: Any = None) -> None:
     last = measurements[-1]
     value, unit = rate(last) if rate is not None else (last.throughput, "samples/s")
-    record = {"throughput": value, "throughput_unit": unit, "measurements": len(measurements), "warmup_measurements": skip}
-    atomic_write_text(trial_dir / PROGRESS_FILE, json.dumps(record) + "\n")
+    record = progress_record(
+        _timed_step_times(measurements, skip), throughput=value, throughput_unit=unit, measurements=len(measurements), warmup_measurements=skip
+    )
+    write_progress(trial_dir, record)
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from sweep.core.measure import enough_measured, progress_record, stop_requested, write_progress
 from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
@@ -100,6 +101,19 @@ def _record_memory(result: TrialResult, peak: PeakMemory, memory_gib: float, mar
     result.tight = is_tight(result.status == Status.OK, result.headroom, margin)
 
 
+def _measured_enough(step_times_s: list[float], trial) -> bool:
+    return enough_measured(
+        step_times_s, target_precision=float(trial.target_precision), min_steps=int(trial.measure_steps), max_steps=int(trial.max_measure_steps)
+    )
+
+
+def _agree(enough: bool, stop: str, device: torch.device) -> tuple[bool, str]:
+    """Rank 0's decision, broadcast so every rank leaves the step loop together (none waits in a collective)."""
+    flags = torch.tensor([int(enough), int(bool(stop))], device=device)
+    dist.broadcast(flags, src=0)
+    return bool(flags[0].item()), (stop or "stopped by the orchestrator") if int(flags[1].item()) else ""
+
+
 def run_trial(spec: TrialSpec) -> TrialResult:
     """Run one (accum, split) trial as `spec` says; rank 0 writes the result record and returns it."""
     global _startup_counted
@@ -110,7 +124,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
     machine, trial = spec.machine, spec.trial
     accum, split = spec.accum, spec.split
     per_device_batch, global_batch = spec.per_device_batch, spec.global_batch_size
-    warmup, measure = int(trial.warmup_steps), int(trial.measure_steps)
+    warmup = int(trial.warmup_steps)
     device_type = machine.device
     job = _job_environment()
     result = TrialResult(
@@ -157,7 +171,23 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         budget = MemoryBudget(device, machine.memory_gib)
         peak = PeakMemory(device)
         budget.enforce()
-        for step in range(warmup + measure):
+        step = 0
+        # Adaptive: time steps until the median is known to +-target_precision (measure_steps..max_measure_steps),
+        # or until the orchestrator says this trial cannot win (racing). Rank 0 decides for all ranks.
+        while True:
+            enough, stop = False, ""
+            if step >= warmup and rank == 0:
+                enough = _measured_enough(result.step_times_s, trial)
+                # A stop request counts once a timed step exists: there is a partial measurement to keep.
+                stop = "" if enough or not result.step_times_s else (stop_requested(spec.trial_dir) or "")
+            if world_size > 1:
+                enough, stop = _agree(enough, stop, device)
+            if enough:
+                break
+            if stop:
+                result.stopped_early = stop
+                say(f"stopping early: {stop}")
+                break
             workload.sync()
             t0 = time.perf_counter()
             workload.train_step(per_device_batch, accum, split, step_index=step)
@@ -165,9 +195,14 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             dt = time.perf_counter() - t0
             if step >= warmup:
                 result.step_times_s.append(dt)
-            say(f"step {step + 1}/{warmup + measure}{' (warm-up)' if step < warmup else ''}: {dt:.3f} s")
+                if rank == 0:
+                    write_progress(spec.trial_dir, progress_record(result.step_times_s, global_batch_size=global_batch))
+            step += 1
+            # Out of the most it may run: the warm-up plus trial.max_measure_steps timed steps.
+            say(f"step {step}/{warmup + int(trial.max_measure_steps)}{' (warm-up)' if step <= warmup else ''}: {dt:.3f} s")
         budget.lift()
         result.status = Status.OK
+        result.steps_measured = len(result.step_times_s)
         result.throughput, result.throughput_low, result.throughput_high = throughput_summary(result.step_times_s, global_batch)
     except DeviceOOM as exc:
         if budget is not None:
@@ -189,7 +224,8 @@ def run_trial(spec: TrialSpec) -> TrialResult:
     if result.status == Status.OK:
         say(
             f"result ok: {result.throughput:.1f} samples/s (95% {result.throughput_low:.1f}-{result.throughput_high:.1f}), "
-            f"peak {result.peak_mem_gib:.3f} GiB, wall {result.wall_s:.1f} s"
+            f"peak {result.peak_mem_gib:.3f} GiB, wall {result.wall_s:.1f} s, {result.steps_measured} timed steps"
+            + (f"; stopped early: {result.stopped_early}" if result.stopped_early else "")
         )
     else:
         say(f"result {result.status}{' in phase ' + result.oom_phase if result.oom_phase else ''}: {result.error}")

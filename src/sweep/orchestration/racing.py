@@ -1,0 +1,151 @@
+"""Racing and the memory model's verdicts: the orchestrator's side of issue 14.
+
+Racing. Each poll, every running trial's timed steps so far (its progress.json) give a 95%
+interval of its median throughput; when that interval lies wholly below the leader's
+(core/measure.py's cannot_win, with its guards against noise) the orchestrator writes
+`<trial dir>/stop.json` with the reason. It alone writes that file; the trial polls for it
+between steps, stops, and records its partial measurement as ok with `stopped_early`.
+
+Predicted OOMs. Pairs the strategy's memory model will not launch get a record of their own,
+`<trial dir>/predicted_oom.json` (TrialResult schema, status predicted_oom, the predicted peak
+as peak_mem_gib and the capacity as capacity_gib), written by the orchestrator alone, never
+result.json: no trial ran. They are recomputed from the measured peaks on every change, so a
+resumed sweep needs none of these files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sweep.core.measure import STOP_FILE, cannot_win, progress_step_times, race_reason
+from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
+from sweep.core.ranking import ranked_ok
+from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, trial_dir
+from sweep.core.space import Candidate
+from sweep.core.stats import throughput_summary
+
+PREDICTED_FILE = "predicted_oom.json"
+
+
+def interval(step_times_s: list[float], global_batch_size: int) -> tuple[float, float]:
+    _, low, high = throughput_summary(step_times_s, global_batch_size)
+    return low, high
+
+
+def leader(results: Mapping[str, TrialResult]) -> TrialResult | None:
+    """The fastest finished ok trial with a real interval (a figure without step times cannot lead a race)."""
+    for r in ranked_ok(results):
+        if r.throughput_low and r.throughput_high and r.step_times_s:
+            return r
+    return None
+
+
+def losers(
+    running: Iterable[str], results: Mapping[str, TrialResult], global_batch_size: int, step_times: Callable[[str], list[float]]
+) -> dict[str, str]:
+    """{key: reason} for the running trials that cannot beat the leader any more."""
+    lead = leader(results)
+    if lead is None:
+        return {}
+    lead_interval = (float(lead.throughput_low), float(lead.throughput_high))
+    out = {}
+    for key in running:
+        times = step_times(key)
+        if not times:
+            continue
+        candidate = interval(times, global_batch_size)
+        if cannot_win(candidate, lead_interval, candidate_steps=len(times), leader_steps=len(lead.step_times_s)):
+            out[key] = race_reason(candidate, lead_interval, lead.key, len(times))
+    return out
+
+
+class Racing:
+    """Writes stop.json for running trials that cannot win; each trial is told once."""
+
+    def __init__(self, sweep_dir: Path, global_batch_size: int) -> None:
+        self.sweep_dir = sweep_dir
+        self.global_batch_size = global_batch_size
+        self.told: set[str] = set()
+
+    def forget(self, key: str) -> None:
+        """A (re)submitted trial starts with no stop request."""
+        self.told.discard(key)
+        try:
+            (trial_dir(self.sweep_dir, key) / STOP_FILE).unlink()
+        except FileNotFoundError:
+            pass
+
+    def stop_losers(self, running: Iterable[str], results: Mapping[str, TrialResult]) -> dict[str, str]:
+        """Tell each running trial that cannot win to stop; {key: reason} of those told now."""
+        pending = [k for k in running if k not in self.told]
+        stopped = losers(pending, results, self.global_batch_size, lambda k: progress_step_times(trial_dir(self.sweep_dir, k)))
+        for key, reason in stopped.items():
+            atomic_write_text(trial_dir(self.sweep_dir, key) / STOP_FILE, json.dumps({"reason": reason, "at": now_iso()}) + "\n")
+            self.told.add(key)
+        return stopped
+
+
+def predicted_record(cand: Candidate, pred: PeakPrediction, capacity_gib: float, global_batch_size: int, num_devices: int) -> TrialResult:
+    """What the table and predicted_oom.json show for a pair skipped on the memory model's word."""
+    return TrialResult(
+        accum=cand.accum,
+        split=cand.split,
+        per_device_batch=cand.per_device_batch,
+        joint_batch=cand.joint_batch,
+        global_batch_size=global_batch_size,
+        num_devices=num_devices,
+        status=Status.PREDICTED_OOM,
+        error=predicted_oom_reason(pred, capacity_gib),
+        peak_mem_gib=round(pred.peak_gib, 4),
+        capacity_gib=capacity_gib,
+        finished_at=now_iso(),
+    )
+
+
+def write_predicted(sweep_dir: Path, record: TrialResult) -> None:
+    tdir = trial_dir(sweep_dir, record.key)
+    tdir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(tdir / PREDICTED_FILE, json.dumps(record.to_dict(), indent=2) + "\n")
+
+
+def drop_predicted(sweep_dir: Path, key: str) -> None:
+    """A pair no longer predicted out (new peaks changed the fit, or it is launched) loses its record."""
+    try:
+        (trial_dir(sweep_dir, key) / PREDICTED_FILE).unlink()
+    except FileNotFoundError:
+        pass
+
+
+class Predictions:
+    """The pairs skipped on the memory model's word, refitted whenever a result lands."""
+
+    def __init__(self, sweep_dir: Path, meta: Any, by_key: Mapping[str, Candidate], capacity_gib: float) -> None:
+        self.sweep_dir, self.meta, self.by_key = sweep_dir, meta, by_key
+        self.capacity_gib = float(capacity_gib)
+        self.records: dict[str, TrialResult] = {}  # shown in the table as predicted_oom
+        self.p_exceeds: dict[str, float] = {}  # their P(OOM), for the confidence score
+        self._made_from: tuple[int, int] | None = None
+
+    def update(self, strategy: Any, results: Mapping[str, TrialResult], in_flight: int) -> list[str]:
+        """Refit when the results changed; the log lines of what changed."""
+        if self._made_from == (len(results), in_flight):
+            return []
+        self._made_from = (len(results), in_flight)
+        now = strategy.predicted_ooms(results)
+        self.p_exceeds = {k: pred.p_exceeds(self.capacity_gib) for k, pred in now.items()}
+        lines = []
+        for key in [k for k in self.records if k not in now]:
+            record = self.records.pop(key)
+            drop_predicted(self.sweep_dir, key)
+            lines.append(f"accum={record.accum} split={record.split}: no longer predicted to OOM (refitted on new peaks)")
+        for key, pred in now.items():
+            if key in self.records:
+                continue
+            record = predicted_record(self.by_key[key], pred, self.capacity_gib, self.meta.global_batch_size, self.meta.num_devices)
+            write_predicted(self.sweep_dir, record)
+            self.records[key] = record
+            lines.append(f"accum={record.accum} split={record.split}: {record.status}, not launched: {record.error}")
+        return lines

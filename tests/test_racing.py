@@ -1,0 +1,262 @@
+"""Racing and the memory model's verdicts in the orchestrator (orchestration/racing.py), and the
+trials' side of the protocol: adaptive step counts and stop.json honoured between steps."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sweep.core.config import TrialConfig
+from sweep.core.measure import PROGRESS_FILE, STOP_FILE, progress_record, progress_step_times, stop_requested
+from sweep.core.ranking import SweepMeta
+from sweep.core.schema import RESULT_FILE, Status, TrialResult, read_result, trial_dir
+from sweep.core.space import enumerate_candidates
+from sweep.core.strategies import make_strategy
+from sweep.orchestration.racing import PREDICTED_FILE, Predictions, Racing, leader, losers
+
+GBS = 64
+
+
+def ok(accum: int, times: list[float], split: int = 1, peak: float | None = None) -> TrialResult:
+    from sweep.core.stats import throughput_summary
+
+    mid, low, high = throughput_summary(times, GBS)
+    per_device = GBS // accum
+    return TrialResult(
+        accum=accum, split=split, per_device_batch=per_device, joint_batch=per_device // split, global_batch_size=GBS,
+        num_devices=1, status=Status.OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high,
+        peak_mem_gib=peak,
+    )
+
+
+STEADY = [0.010, 0.0101, 0.0099, 0.010, 0.0102, 0.0098, 0.010, 0.0100]  # ~6400 samples/s, tight
+LEADER = {"accum1_split1": ok(1, STEADY)}
+
+
+# (name, the running trial's step times so far, stopped?)
+RACES = [
+    ("ten times slower, six steps", [0.1, 0.12, 0.08, 0.1, 0.12, 0.08], True),
+    ("ten times slower, five steps: too few for a 95% interval", [0.1, 0.12, 0.08, 0.1, 0.12], False),
+    ("as fast as the leader", STEADY, False),
+    ("overlapping: within the margin", [0.0103, 0.0104, 0.0102, 0.0103, 0.0104, 0.0102], False),
+    ("one outlier step reaches the leader's interval", [0.1, 0.1, 0.1, 0.1, 0.1, 0.0099], False),
+    ("no steps yet", [], False),
+]
+
+
+@pytest.mark.parametrize("name, times, stopped", RACES, ids=[r[0] for r in RACES])
+def test_a_running_trial_is_stopped_only_when_its_interval_lies_below_the_leaders(name, times, stopped):
+    out = losers(["accum2_split1"], LEADER, GBS, lambda key: times)
+    assert ("accum2_split1" in out) is stopped
+    if stopped:
+        assert "cannot beat the leader accum1_split1" in out["accum2_split1"] and "95% upper bound" in out["accum2_split1"]
+
+
+def test_no_leader_no_race():
+    assert leader({}) is None
+    assert losers(["accum2_split1"], {}, GBS, lambda key: [1.0] * 8) == {}
+    # An ok figure without step times (one epoch average) cannot lead a race.
+    flat = replace(LEADER["accum1_split1"], step_times_s=[])
+    assert losers(["accum2_split1"], {"accum1_split1": flat}, GBS, lambda key: [1.0] * 8) == {}
+
+
+def test_racing_writes_stop_once_and_a_resubmitted_trial_starts_clean(tmp_path):
+    tdir = trial_dir(tmp_path, "accum2_split1")
+    tdir.mkdir(parents=True)
+    (tdir / PROGRESS_FILE).write_text(progress_record([0.1, 0.12, 0.08, 0.1, 0.12, 0.08]))
+    racing = Racing(tmp_path, GBS)
+    assert stop_requested(tdir) is None
+    told = racing.stop_losers(["accum2_split1"], LEADER)
+    assert list(told) == ["accum2_split1"]
+    assert stop_requested(tdir) == told["accum2_split1"] == json.loads((tdir / STOP_FILE).read_text())["reason"]
+    assert racing.stop_losers(["accum2_split1"], LEADER) == {}  # told once
+    racing.forget("accum2_split1")
+    assert stop_requested(tdir) is None and not (tdir / STOP_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (None, []),
+        ("not json", []),
+        ('{"step_times_s": "x"}', []),
+        ('{"step_times_s": [0.1, -1, true, "a", 0.2]}', [0.1, 0.2]),
+    ],
+)
+def test_progress_step_times_reads_only_positive_numbers(tmp_path, text, expected):
+    if text is not None:
+        (tmp_path / PROGRESS_FILE).write_text(text)
+    assert progress_step_times(tmp_path) == expected
+
+
+# --- predicted OOMs: the orchestrator's own record, never result.json --------------------------
+
+
+def test_predicted_ooms_are_recorded_logged_and_dropped_when_the_fit_changes(tmp_path):
+    cands = enumerate_candidates(GBS, 1)
+    meta = SweepMeta(sweep_id="s", machine="m", workload="w", global_batch_size=GBS, num_devices=1)
+    strategy = make_strategy("grid", cands, capacity_gib=1.0)
+    # Peaks 0.1 + 0.02 x per-device batch: the model puts per_device_batch 64 (1.38 GiB) far above 1 GiB.
+    measured = {r.key: r for r in (ok(a, STEADY, peak=0.1 + 0.02 * (GBS // a)) for a in (2, 4, 8, 16))}
+    predictions = Predictions(tmp_path, meta, {c.key: c for c in cands}, 1.0)
+    lines = predictions.update(strategy, measured, 0)
+    assert "accum1_split1" in predictions.records
+    record = predictions.records["accum1_split1"]
+    assert record.status == Status.PREDICTED_OOM and record.capacity_gib == 1.0
+    assert record.peak_mem_gib == pytest.approx(1.38, rel=0.02)
+    assert any(line.startswith("accum=1 split=1: predicted_oom, not launched: predicted OOM: 1.38 GiB > 1 GiB") for line in lines)
+    path = trial_dir(tmp_path, "accum1_split1")
+    saved = json.loads((path / PREDICTED_FILE).read_text())
+    assert (saved["status"], saved["peak_mem_gib"], saved["capacity_gib"]) == ("predicted_oom", record.peak_mem_gib, 1.0)
+    assert not (path / RESULT_FILE).exists()
+    assert predictions.p_exceeds["accum1_split1"] >= 0.95
+    assert predictions.update(strategy, measured, 0) == []  # nothing new: no refit, no lines
+    # The pair ran after all (trust_memory_model=false elsewhere) and fitted: the prediction goes.
+    ran = {**measured, "accum1_split1": ok(1, STEADY, peak=0.9)}
+    lines = predictions.update(make_strategy("grid", cands, capacity_gib=1.0), ran, 0)
+    assert "accum1_split1" not in predictions.records and not (path / PREDICTED_FILE).exists()
+
+
+def test_trust_memory_model_false_predicts_nothing(tmp_path):
+    cands = enumerate_candidates(GBS, 1)
+    meta = SweepMeta(sweep_id="s", machine="m", workload="w", global_batch_size=GBS, num_devices=1)
+    measured = {r.key: r for r in (ok(a, STEADY, peak=0.1 + 0.02 * (GBS // a)) for a in (2, 4, 8, 16))}
+    predictions = Predictions(tmp_path, meta, {c.key: c for c in cands}, 1.0)
+    assert predictions.update(make_strategy("grid", cands, capacity_gib=1.0, trust_memory_model=False), measured, 0) == []
+    assert predictions.records == {}
+
+
+# --- the built-in trial: adaptive step count, and stop.json between steps ------------------------
+
+
+def test_builtin_trial_measures_at_least_min_and_at_most_the_cap(tmp_path):
+    from test_trial import make_spec
+
+    from sweep.workloads.rnnt.runner import run_trial
+
+    spec = make_spec(tmp_path)
+    spec = replace(spec, trial=TrialConfig(warmup_steps=1, measure_steps=6, max_measure_steps=9, target_precision=0.49))
+    res = run_trial(spec)
+    # target 49%: six steps (the least a 95% interval needs) are enough unless the CPU is very noisy.
+    assert res.status == Status.OK and 6 <= res.steps_measured <= 9 and res.steps_measured == len(res.step_times_s)
+    assert progress_step_times(spec.trial_dir) == pytest.approx(res.step_times_s, abs=1e-6)
+
+
+def test_builtin_trial_stops_when_told_and_keeps_its_partial_measurement(tmp_path):
+    from test_trial import make_spec
+
+    from sweep.workloads.rnnt.runner import run_trial
+
+    spec = make_spec(tmp_path)
+    spec = replace(spec, trial=TrialConfig(warmup_steps=1, measure_steps=8, max_measure_steps=8))
+    Path(spec.trial_dir).mkdir(parents=True)
+    (Path(spec.trial_dir) / STOP_FILE).write_text(json.dumps({"reason": "cannot beat the leader accum1_split1"}))
+    res = run_trial(spec)
+    assert res.status == Status.OK and res.stopped_early == "cannot beat the leader accum1_split1"
+    assert res.steps_measured == 1 and res.throughput and res.throughput_low <= res.throughput <= res.throughput_high
+    assert read_result(Path(spec.trial_dir) / RESULT_FILE).stopped_early == res.stopped_early
+
+
+# --- end to end: a slow command trial is raced out by a faster one that already finished ----------
+
+RACE_SCRIPT = '''
+"""nanoGPT-style log: accum=1 is fast and steady and ends; other accums are 10x slower, noisy, and never end."""
+import sys, time
+accum = int(sys.argv[1].split("=")[1])
+it = 0
+while accum != 1 or it < 40:
+    jitter = (1.2 if it % 2 else 0.8) if accum != 1 else 1 + 0.001 * (it % 3)
+    print(f"iter {it}: loss 1.0000, time {(10.0 if accum == 1 else 100.0) * jitter:.2f}ms, mfu 30.00%", flush=True)
+    time.sleep(0.05 if accum == 1 else 0.25)
+    it += 1
+'''
+
+
+@pytest.mark.e2e
+def test_a_command_trial_that_cannot_win_is_stopped_and_counts_as_ok(tmp_path):
+    from sweep_run import run_sweep
+
+    script = tmp_path / "race_train.py"
+    script.write_text(RACE_SCRIPT)
+    sweep_dir = tmp_path / "s"
+    argv = f'["{sys.executable}","{script}","--accum={{accum}}"]'
+    args = [
+        f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv={argv}", "workload.parser.type=nanogpt",
+        f"global_batch_size={GBS}", "search=grid", "accum=1,2", "split=1", "max_in_flight=2", "trial.time_limit_s=120", "live=false",
+    ]
+    proc = run_sweep(args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {int(r["accum"]): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+    assert rows[1]["status"] == rows[2]["status"] == "ok"
+    assert rows[2]["reason"].startswith("stopped early: stopped after") and "cannot beat the leader accum1_split1" in rows[2]["reason"]
+    # The slow script never ends by itself: only the stop request ended it, long before the time limit.
+    slow = read_result(trial_dir(sweep_dir, "accum2_split1") / RESULT_FILE)
+    assert slow.stopped_early and slow.wall_s < 60 and slow.steps_measured >= 6
+    assert "accum=2 split=1: stopping it, stopped after" in proc.stdout
+    assert "recommended accum=1 split=1" in proc.stdout
+    # Adaptive measurement stopped the fast one too: it prints 40 steps, far more than it needed.
+    fast = read_result(trial_dir(sweep_dir, "accum1_split1") / RESULT_FILE)
+    assert not fast.stopped_early and 6 <= fast.steps_measured < 39
+
+
+STEADY_SCRIPT = '''
+import time
+for it in range(12):
+    print(f"iter {it}: loss 1.0000, time {10.0 * (1 + 0.001 * (it % 3)):.2f}ms, mfu 30.00%", flush=True)
+    time.sleep(0.02)
+'''
+
+
+@pytest.mark.e2e
+def test_pairs_predicted_to_oom_are_not_launched_and_shown_with_peak_and_capacity(tmp_path):
+    """Nine finished trials (as a resumed sweep finds them) with peaks 0.1 + 0.02 p + 0.01 j + 0.05 (s > 1) GiB;
+    capacity 1 GiB: the accum=1 pairs (>= 1.6 GiB) and accum=2 split=1 (1.06 GiB) are not launched."""
+    from sweep_run import run_sweep
+
+    from sweep.core.schema import write_result
+
+    sweep_dir = tmp_path / "s"
+    for accum in (4, 8, 16):
+        for split in (1, 2, 4):
+            p = GBS // accum
+            res = replace(ok(accum, STEADY, split=split), peak_mem_gib=0.1 + 0.02 * p + 0.01 * (p // split) + (0.05 if split > 1 else 0.0))
+            tdir = trial_dir(sweep_dir, res.key)
+            tdir.mkdir(parents=True)
+            write_result(res, tdir)
+    script = tmp_path / "steady.py"
+    script.write_text(STEADY_SCRIPT)
+    argv = f'["{sys.executable}","{script}"]'
+    common = [
+        "workload=command", f"workload.argv={argv}", "workload.parser.type=nanogpt", f"global_batch_size={GBS}", "search=grid",
+        "accum=1,2,4,8,16", "split=1,2,4", "machine.memory_gib=1.0", "trial.time_limit_s=60", "live=false",
+    ]
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *common], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {(int(r["accum"]), int(r["split"])): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+    doomed = [(1, 1), (1, 2), (1, 4), (2, 1)]
+    for pair in doomed:
+        row = rows[pair]
+        assert row["status"] == "predicted_oom" and not row["wall_s"], row
+        assert row["reason"].startswith("predicted OOM: ") and "> 1 GiB" in row["reason"]
+        assert float(row["peak_mem_gib"]) > 1.0
+        assert f"accum={pair[0]} split={pair[1]}: predicted_oom, not launched: predicted OOM:" in proc.stdout
+        saved = json.loads((trial_dir(sweep_dir, f"accum{pair[0]}_split{pair[1]}") / PREDICTED_FILE).read_text())
+        assert saved["capacity_gib"] == 1.0 and saved["status"] == "predicted_oom"
+        assert not (trial_dir(sweep_dir, f"accum{pair[0]}_split{pair[1]}") / RESULT_FILE).exists()
+    assert rows[(2, 2)]["status"] == rows[(2, 4)]["status"] == "ok"  # predicted to fit: launched
+
+    # search.trust_memory_model=false: the same sweep launches them (the command does not really OOM here).
+    off_dir = tmp_path / "off"
+    for tdir in (sweep_dir / "trials").iterdir():
+        if (tdir / RESULT_FILE).exists() and tdir.name.startswith(("accum4", "accum8", "accum16")):
+            (off_dir / "trials" / tdir.name).mkdir(parents=True)
+            (off_dir / "trials" / tdir.name / RESULT_FILE).write_text((tdir / RESULT_FILE).read_text())
+    proc = run_sweep([f"hydra.sweep.dir={off_dir}", *common, "search.trust_memory_model=false"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {(int(r["accum"]), int(r["split"])): r for r in csv.DictReader((off_dir / "trials.csv").open())}
+    assert all(rows[pair]["status"] == "ok" for pair in doomed) and "predicted_oom" not in proc.stdout
