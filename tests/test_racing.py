@@ -221,20 +221,26 @@ def test_pairs_predicted_to_oom_are_not_launched_and_shown_with_peak_and_capacit
     from sweep.core.schema import write_result
 
     sweep_dir = tmp_path / "s"
-    for accum in (4, 8, 16):
-        for split in (1, 2, 4):
-            p = GBS // accum
-            res = replace(ok(accum, STEADY, split=split), peak_mem_gib=0.1 + 0.02 * p + 0.01 * (p // split) + (0.05 if split > 1 else 0.0))
-            tdir = trial_dir(sweep_dir, res.key)
-            tdir.mkdir(parents=True)
-            write_result(res, tdir)
     script = tmp_path / "steady.py"
     script.write_text(STEADY_SCRIPT)
     argv = f'["{sys.executable}","{script}"]'
-    common = [
+    settings = [
         "workload=command", f"workload.argv={argv}", "workload.parser.type=nanogpt", f"global_batch_size={GBS}", "search=grid",
-        "accum=1,2,4,8,16", "split=1,2,4", "machine.memory_gib=1.0", "trial.time_limit_s=60", "live=false",
+        "machine.memory_gib=1.0", "trial.time_limit_s=60", "live=false",
     ]
+    # One real trial first, so sweep.json holds the fingerprint the stand-in records must carry to be adopted.
+    first = run_sweep([f"hydra.sweep.dir={sweep_dir}", *settings, "accum=16", "split=1"], cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    fingerprint = json.loads((sweep_dir / "sweep.json").read_text())["fingerprint"]
+    # Every pair that fits has a record too: a command trial's real (host) peak would refit the model.
+    for accum, split in [(a, s) for a in (4, 8, 16) for s in (1, 2, 4)] + [(2, 2), (2, 4)]:
+        p = GBS // accum
+        res = replace(ok(accum, STEADY, split=split), peak_mem_gib=0.1 + 0.02 * p + 0.01 * (p // split) + (0.05 if split > 1 else 0.0),
+                      fingerprint=fingerprint)
+        tdir = trial_dir(sweep_dir, res.key)
+        tdir.mkdir(parents=True, exist_ok=True)
+        write_result(res, tdir)
+    common = [*settings, "accum=1,2,4,8,16", "split=1,2,4"]
     proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *common], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {(int(r["accum"]), int(r["split"])): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
