@@ -30,7 +30,7 @@ class TrialJob(Checkpointable):
 
         _threads_from_slurm()
         try:
-            return _stamp_fingerprint(workloads.get(spec.workload.name).run(spec), spec)
+            return workloads.get(spec.workload.name).run(spec)
         except UncompletedJobError as exc:
             # submitit raises this from its signal handler when it will not requeue: the job
             # reached its Slurm time limit more often than hydra.launcher.max_num_timeout allows.
@@ -45,25 +45,6 @@ class TrialJob(Checkpointable):
 
 
 run_job = TrialJob()
-
-
-def _stamp_fingerprint(result: TrialResult, spec: TrialSpec) -> TrialResult:
-    """The trial's result.json carries the sweep's fingerprint, so that only a sweep with the
-    same settings adopts it. The workload wrote the file (task 0); this is still the trial."""
-    from sweep.core.schema import RESULT_FILE, ResultError, read_result, write_result
-
-    if not isinstance(result, TrialResult) or result.fingerprint == spec.fingerprint:
-        return result
-    result.fingerprint = spec.fingerprint
-    path = Path(spec.trial_dir) / RESULT_FILE
-    try:
-        written = read_result(path)
-    except (OSError, ResultError):
-        return result  # another task's, or none: task 0 alone writes the file
-    if written.job_id == result.job_id and written.fingerprint != spec.fingerprint:
-        written.fingerprint = spec.fingerprint
-        write_result(written, Path(spec.trial_dir))
-    return result
 
 
 def _threads_from_slurm() -> None:

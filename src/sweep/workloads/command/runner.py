@@ -108,7 +108,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     base = dict(
         **values, log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command",
         started_at=started_at, finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
-        peak_mem_gib=memory.peak_gib, capacity_gib=memory.capacity_gib, headroom=memory.headroom,
+        peak_mem_gib=memory.peak_gib, capacity_gib=memory.capacity_gib, headroom=memory.headroom, fingerprint=spec.fingerprint,
     )
     if timed_out:
         result = TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)

@@ -135,6 +135,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         global_batch_size=global_batch,
         num_devices=spec.num_devices,
         status=Status.FAILED,
+        fingerprint=spec.fingerprint,  # only a sweep with the same settings adopts this record
         warmup_steps=warmup,
         # Task 0's stdout, where submitit puts this job's log (stderr too, by default).
         log=str(job.paths.stdout) if job is not None else "",
