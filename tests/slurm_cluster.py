@@ -27,8 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Union
+from typing import Any
 
 import pytest
 
@@ -47,8 +48,8 @@ class ClusterUnavailable(RuntimeError):
 
 @dataclasses.dataclass
 class SlurmCluster:
-    state_dir: Optional[Path]  # None for a cluster this module did not start
-    env: Dict[str, str]
+    state_dir: Path | None  # None for a cluster this module did not start
+    env: dict[str, str]
     partition: str = PARTITION
 
     @property
@@ -56,7 +57,7 @@ class SlurmCluster:
         return self.env["SLURM_CONF"]
 
     @property
-    def log_dir(self) -> Optional[Path]:
+    def log_dir(self) -> Path | None:
         return None if self.state_dir is None else self.state_dir / "log"
 
 
@@ -69,14 +70,14 @@ def _job_path() -> str:
     parts = [os.path.dirname(sys.executable)]
     parts += os.environ.get("PATH", "").split(os.pathsep)
     parts += ["/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin"]
-    seen: Dict[str, None] = {}
+    seen: dict[str, None] = {}
     for part in parts:
         if part:
             seen.setdefault(part, None)
     return os.pathsep.join(seen)
 
 
-def _env_for(slurm_conf: str) -> Dict[str, str]:
+def _env_for(slurm_conf: str) -> dict[str, str]:
     return {"SLURM_CONF": slurm_conf, "PATH": _job_path()}
 
 
@@ -94,7 +95,7 @@ def _run(args: list, timeout: float) -> subprocess.CompletedProcess:
         )
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        raise ClusterUnavailable(f"`cluster.sh {' '.join(args)}` timed out after {timeout}s\n{err[-3000:]}")
+        raise ClusterUnavailable(f"`cluster.sh {' '.join(args)}` timed out after {timeout}s\n{err[-3000:]}") from exc
 
 
 def install_packages() -> None:
@@ -104,7 +105,7 @@ def install_packages() -> None:
         raise ClusterUnavailable(f"installing the Slurm packages failed:\n{proc.stderr[-3000:]}")
 
 
-def start_cluster(state_dir: Union[str, Path], install: bool = True) -> SlurmCluster:
+def start_cluster(state_dir: str | Path, install: bool = True) -> SlurmCluster:
     """Start a cluster whose state lives in state_dir; raise ClusterUnavailable if impossible."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         raise ClusterUnavailable("the Slurm test cluster needs root (its daemons run as root)")
@@ -124,7 +125,7 @@ def start_cluster(state_dir: Union[str, Path], install: bool = True) -> SlurmClu
     return SlurmCluster(state_dir=state_dir, env=_env_for(lines[-1].split("=", 1)[1]))
 
 
-def stop_cluster(cluster: Union[SlurmCluster, str, Path]) -> None:
+def stop_cluster(cluster: SlurmCluster | str | Path) -> None:
     """Stop exactly the daemons start_cluster started (nothing for an external cluster)."""
     state_dir = cluster.state_dir if isinstance(cluster, SlurmCluster) else Path(cluster)
     if state_dir is None:

@@ -7,8 +7,8 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import pandas as pd
 import pytest
@@ -17,7 +17,7 @@ import yaml
 from sweep.analysis import api
 from sweep.analysis.api import LoadError, compare, load
 from sweep.core.ranking import TABLE_COLUMNS, SweepMeta, build_table, recommendation, table_csv
-from sweep.core.schema import ALL_STATUSES, OOM, OK, OOM_PHASES, FAILED, TrialResult, trial_dir, write_result
+from sweep.core.schema import ALL_STATUSES, FAILED, OK, OOM, OOM_PHASES, TrialResult, trial_dir, write_result
 from sweep.core.space import enumerate_candidates
 from sweep.core.stats import throughput_summary
 

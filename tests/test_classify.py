@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweep.parsers import MAX_REASON_CHARS, classify_failure, compile_phase_patterns, no_throughput_reason
 from sweep.core.schema import FINISHED_STATUSES, OOM_PHASES
+from sweep.parsers import MAX_REASON_CHARS, classify_failure, compile_phase_patterns, no_throughput_reason
 
 SITE = "/usr/local/lib/python3.11/site-packages"
 RNNT = "/opt/sweep/src/sweep/workloads/rnnt.py"

@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sweep_run import run_sweep
 
 FAKE = Path(__file__).with_name("fake_train.py")

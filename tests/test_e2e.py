@@ -4,9 +4,9 @@ import csv
 
 import pytest
 import yaml
+from sweep_run import TINY, run_sweep
 
 import sweep
-from sweep_run import TINY, run_sweep
 
 pytestmark = pytest.mark.e2e
 

@@ -15,10 +15,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from sweep.workloads.rnnt.config import RNNTWorkloadConfig
-from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT
+from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 from sweep.workloads.rnnt.data import encoder_frames, length_spec, parameter_count, size_summary, step_lengths
+from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator
 from sweep.workloads.rnnt.model import RNNT, RNNTWorkload, SyntheticData, autocast_dtype, rnnt_loss, rnnt_loss_bruteforce
 
 CPU = torch.device("cpu")

@@ -7,13 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import cloudpickle
 import pytest
-from slurm_cluster import wait_until
 import submitit
+from slurm_cluster import wait_until
 
 pytestmark = pytest.mark.slurm
 

@@ -18,14 +18,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import cloudpickle
 import pytest
-from slurm_cluster import wait_until
-
 from sbatch_golden import CASES, compose_plan, golden_path, normalise, sbatch_text, update_requested, write_all
+from slurm_cluster import wait_until
 from sweep_run import TINY, run_sweep
 
 # The job-side functions below are unpickled in a fresh interpreter that cannot import
@@ -72,8 +72,8 @@ def test_sbatch_script_runs_one_task_per_device() -> None:
 
 
 def test_task_layout_that_does_not_match_the_devices_is_refused() -> None:
-    from sweep.launch.backend import check_task_layout
     from sweep.errors import SweepError
+    from sweep.launch.backend import check_task_layout
 
     # make_plan runs this check (so `python -m sweep` stops before submitting); called here too
     # so that the test holds whichever of the two raises.
@@ -204,7 +204,7 @@ def test_sweep_on_slurm_runs_trials_in_parallel_and_ranks_them(slurm_cluster: An
         assert r["log"] == str(sweep_dir / ".submitit" / job_id / f"{job_id}_0_log.out")
         assert f"sweep trial accum={accum} split={split}" in Path(r["log"]).read_text()
         # The result pickle lands before sacct records the job's end.
-        state, start, end = _wait_until(f"job {job_id} ended in sacct", lambda: _ended(job_id, "Start", "End"))
+        state, start, end = _wait_until(f"job {job_id} ended in sacct", lambda job_id=job_id: _ended(job_id, "Start", "End"))
         assert state == "COMPLETED"
         spans.append((start, end))
         # What the cluster received is what the golden generator writes for these overrides.
@@ -354,8 +354,8 @@ def _oom_without_a_record(spec: Any) -> None:
 
 @pytest.mark.slurm
 def test_job_that_leaves_no_record_is_classified_from_its_slurm_log(slurm_cluster: Any, tmp_path: Path) -> None:
-    from sweep.launch import backend as backends
     from sweep.core.schema import ENDED_FILE, RESULT_FILE, read_result
+    from sweep.launch import backend as backends
 
     sweep_dir = tmp_path / "s"
     plan = compose_plan(_slurm_args(slurm_cluster, "accum=1", "split=1"), str(sweep_dir))

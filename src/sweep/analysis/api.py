@@ -66,8 +66,9 @@ from __future__ import annotations
 import glob
 import json
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence, Union
+from typing import Any, Union
 
 import numpy as np
 import pandas as pd

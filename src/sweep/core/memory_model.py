@@ -22,9 +22,10 @@ prediction. `p_exceeds` >= OOM_PROBABILITY counts as "predicted OOM".
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Iterable, Protocol, Sequence
+from typing import Protocol
 
 from sweep.core.schema import OK, OOM, TrialResult
 

@@ -11,7 +11,7 @@ the reason and never launched.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sweep.errors import SpaceError  # defined there; still importable from here

@@ -35,8 +35,9 @@ it drops the split to 1 where the other splits.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from sweep.core.memory_model import PeakPrediction, fit_from_results, predicted_oom
 from sweep.core.ranking import ranked_ok

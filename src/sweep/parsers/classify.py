@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 import signal as _signal
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
-from sweep.parsers.lines import clean_line
 from sweep.core.schema import (
     CANCELLED,
     FAILED,
@@ -26,6 +25,7 @@ from sweep.core.schema import (
     PHASE_OPTIMIZER,
     TIMEOUT,
 )
+from sweep.parsers.lines import clean_line
 
 MAX_REASON_CHARS = 300
 

@@ -7,9 +7,10 @@ only there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sweep.core.schema import TrialResult
@@ -31,9 +32,9 @@ class Workload:
     # Raises SweepError (one line) for a config no trial could run with; called before anything starts.
     validate: Callable[[Any, CheckContext], None]
     # Runs one trial in the job process and writes its result.json; returns the same record.
-    run: Callable[["TrialSpec"], "TrialResult"]
+    run: Callable[[TrialSpec], TrialResult]
     # Throughput a running trial has already shown (from files in its trial dir), or None.
-    live_throughput: Callable[[Path], Optional[float]] = lambda trial_dir: None
+    live_throughput: Callable[[Path], float | None] = lambda trial_dir: None
     # Whether batch_split_factor means anything to it; False: the space is accum alone (split=1).
     splits_apply: Callable[[Any], bool] = lambda config: True
     # A few lines for dry_run on what the workload is (its size, say); empty if nothing useful.

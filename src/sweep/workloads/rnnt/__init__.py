@@ -16,7 +16,7 @@ def _validate(config: Any, context: CheckContext) -> None:
     """Its typed schema already checks every field; nothing more can be checked before a trial runs."""
 
 
-def _run(spec: "TrialSpec") -> "TrialResult":
+def _run(spec: TrialSpec) -> TrialResult:
     from sweep.workloads.rnnt.runner import run_trial  # torch: in the job process only
 
     return run_trial(spec)

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
@@ -150,7 +150,7 @@ def _gib(n: float) -> str:
     return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / 1024**2:.1f} MiB"
 
 
-def size_summary(cfg: "RNNTWorkloadConfig | Mapping") -> str:
+def size_summary(cfg: RNNTWorkloadConfig | Mapping) -> str:
     """Two lines for dry_run: parameters, the largest joint lattice T x (U+1) x V, and its bytes per utterance.
 
     The joint's log-probs are fp32 under every precision (autocast runs
