@@ -294,7 +294,7 @@ class Orchestrator:
                 self.free_gpus.append(f.gpus)
             self.results[key] = res
             landed += 1
-            self.display.log(landed_line(res) + (f" (stopped early: {res.stopped_early})" if res.stopped_early else ""))
+            self.display.log(landed_line(res) + (" (stopped early by racing: it could not beat the leader)" if res.stopped_early else ""))
         return landed
 
     def _load_finished(self) -> None:
