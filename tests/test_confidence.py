@@ -16,7 +16,7 @@ from landscapes import (
     simulate_calibration,
 )
 
-from sweep.core.confidence import confidence_score, leader_key, leader_probability, open_pairs, rank_order
+from sweep.core.confidence import GAIN_FLOOR, GAIN_FULL, confidence_score, leader_key, leader_probability, open_pairs, rank_order
 from sweep.core.schema import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
 from sweep.core.space import Candidate, enumerate_candidates, make_candidate
 from sweep.core.stats import throughput_summary
@@ -125,6 +125,29 @@ def test_failed_trials_count_as_infeasible_not_as_open():
 def test_in_flight_pairs_count_as_untried():
     results = by_key(ok(8, 1, 1500), oom(4, 1))
     assert "accum4_split2" in {c.key for c, _ in open_pairs(ALL, results)}
+
+
+# Leader (8, 1): p=16, j=16. Untried (4, 1): p=32, j=32, one doubling further in both. Pairs behind the leader,
+# the other way: (16, 1) at p=8, j=8 (2 doublings) and (32, 1) at p=4, j=4 (4 doublings).
+TREND = [
+    # (name, behind: [(accum, split, throughput)], expected factor on the untried pair's prior)
+    ("no pair behind: the prior as is", [], 1.0),
+    ("steep: 2x over 2 doublings", [(16, 1, 500.0)], 1.0),
+    ("flat: 0.1% over 2 doublings", [(16, 1, 999.0)], GAIN_FLOOR),
+    ("half the full gain per doubling", [(16, 1, 1000.0 * math.exp(-2 * GAIN_FULL / 2))], 0.5),
+    ("the nearest pair behind decides, not a farther one", [(16, 1, 999.0), (32, 1, 100.0)], GAIN_FLOOR),
+    ("the same p, a smaller j: behind as well", [(8, 2, 999.0)], GAIN_FLOOR),  # p=16, j=8
+    ("a pair beside the leader does not count", [(4, 4, 999.0)], 1.0),  # p=32, j=8: toward c in p
+]
+
+
+@pytest.mark.parametrize("name, behind, factor", TREND, ids=[t[0] for t in TREND])
+def test_diminishing_returns_scale_the_prior_of_pairs_further_along(name, behind, factor):
+    results = by_key(ok(8, 1, 1000.0, noise=0), *(ok(a, s, thr, noise=0) for a, s, thr in behind))
+    cands = only((8, 1), (4, 1), *((a, s) for a, s, _ in behind))
+    baseline = dict((c.key, q) for c, q in open_pairs(cands, by_key(ok(8, 1, 1000.0, noise=0))))["accum4_split1"]
+    q = dict((c.key, q) for c, q in open_pairs(cands, results))["accum4_split1"]
+    assert q == pytest.approx(baseline * factor)
 
 
 def test_never_100_even_with_everything_settled():
