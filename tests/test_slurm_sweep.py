@@ -356,6 +356,7 @@ def _oom_without_a_record(spec: Any) -> None:
 def test_job_that_leaves_no_record_is_classified_from_its_slurm_log(slurm_cluster: Any, tmp_path: Path) -> None:
     from sweep.core.schema import ENDED_FILE, RESULT_FILE, read_result
     from sweep.launch import backend as backends
+    from sweep.launch.ended import ended_job_result
 
     sweep_dir = tmp_path / "s"
     plan = compose_plan(_slurm_args(slurm_cluster, "accum=1", "split=1"), str(sweep_dir))
@@ -366,7 +367,7 @@ def test_job_that_leaves_no_record_is_classified_from_its_slurm_log(slurm_cluste
     job = backends.make_executor(plan.launcher, plan.time_limit_s).submit(_oom_without_a_record, spec)
     _wait_until(f"job {job.job_id} to end", job.done)
 
-    res = backends.ended_job_result(job, spec, tdir, timed_out=False, cancelled=False, wall_s=1.0)
+    res = ended_job_result(job, spec, tdir, timed_out=False, cancelled=False, wall_s=1.0)
     assert (res.status, res.oom_phase) == ("oom", "joint")
     assert "MemoryError" in res.error and res.log in res.error
     assert res.log == str(job.paths.stdout) == str(sweep_dir / ".submitit" / job.job_id / f"{job.job_id}_0_log.out")

@@ -34,7 +34,6 @@ it drops the split to 1 where the other splits.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,11 +42,6 @@ from sweep.core.memory_model import PeakPrediction, fit_from_results, predicted_
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, OOM, PHASE_ENCODER, TrialResult
 from sweep.core.space import Candidate
-
-# Doubling the per-device batch should nearly double throughput until the device
-# saturates (tuning playbook); below 1.5x per doubling we flag it. For a batch
-# ratio r the bar is r ** log2(1.5), so one 4x jump is held to 2.25x.
-SCALING_FLAG_RATIO = 1.5
 
 
 @dataclass
@@ -383,54 +377,6 @@ class Powers(_Base):
                 break  # later doublings for free slots only at the split in use, not guessed ones
             plan.append(nxt)
         return plan
-
-
-def scaling_report(results: Mapping[str, TrialResult] | Iterable[TrialResult]) -> list[dict[str, Any]]:
-    """For each step up in per-device batch among ok results: does throughput keep pace?
-
-    Uses the fastest ok pair at each per-device batch. `flag` is True when the
-    throughput ratio is below SCALING_FLAG_RATIO per doubling: either the device
-    is saturated (expected at the large end) or, if it happens at small batches,
-    an input-pipeline or synchronisation bottleneck worth fixing first.
-    """
-    items = results.values() if isinstance(results, Mapping) else results
-    best: dict[int, TrialResult] = {}
-    for r in items:
-        if r.status == OK and r.throughput:
-            cur = best.get(r.per_device_batch)
-            if cur is None or r.throughput > (cur.throughput or 0):
-                best[r.per_device_batch] = r
-    batches = sorted(best)
-    report: list[dict[str, Any]] = []
-    for small, big in zip(batches, batches[1:]):
-        a, b = best[small], best[big]
-        batch_ratio = big / small
-        ratio = (b.throughput or 0) / (a.throughput or 1)
-        bar = batch_ratio ** math.log2(SCALING_FLAG_RATIO)
-        if ratio < 1:
-            note = "throughput fell: prefer the smaller per-device batch"
-        elif ratio < bar:
-            note = (
-                f"x{ratio:.2f} for a x{batch_ratio:g} batch (below x{bar:.2f}): saturated here, "
-                "or an input/synchronisation bottleneck if this is a small batch"
-            )
-        else:
-            note = ""
-        report.append(
-            {
-                "from_key": a.key,
-                "to_key": b.key,
-                "per_device_batch_from": small,
-                "per_device_batch_to": big,
-                "batch_ratio": batch_ratio,
-                "throughput_from": a.throughput,
-                "throughput_to": b.throughput,
-                "throughput_ratio": ratio,
-                "flag": ratio < bar,
-                "note": note,
-            }
-        )
-    return report
 
 
 # --- factory --------------------------------------------------------------------------------

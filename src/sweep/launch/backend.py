@@ -13,7 +13,6 @@ import json
 import math
 import os
 import subprocess
-import time
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,10 @@ from submitit.core.utils import JobPaths
 from submitit.slurm.slurm import SlurmInfoWatcher
 
 from sweep.core.schema import (
-    ENDED_FILE,
-    RESULT_FILE,
-    ResultError,
-    Status,
-    TrialResult,
     atomic_write_text,
     now_iso,
-    read_result,
-    write_ended,
 )
-from sweep.core.spec import TrialSpec
 from sweep.errors import SweepError
-from sweep.parsers.tail import read_tail
 
 JOB_FILE = "job.json"
 # sacct is asked about unfinished Slurm jobs at most this often. submitit's own default backs
@@ -45,7 +35,7 @@ JOB_FILE = "job.json"
 # OOM killer) is only seen through sacct, so it would land that late.
 SLURM_POLL_S = 15
 # How long an ended Slurm job may take to show its final state in sacct (COMPLETING first).
-_FINAL_STATE_WAIT_S = 10
+FINAL_STATE_WAIT_S = 10
 # Slurm states of a job that may still run (or run again) its trial. submitit's own list
 # lacks SUSPENDED and the requeue/hold states, so a suspended or held trial looked ended:
 # it was recorded as failed, and a resumed sweep submitted it a second time.
@@ -201,7 +191,7 @@ def job_log(job: Any) -> str:
         return ""
 
 
-def _job_stderr(job: Any) -> str:
+def job_stderr(job: Any) -> str:
     """Task 0's stderr when it is a file of its own (hydra.launcher.stderr_to_stdout=false)."""
     try:
         path = str(job.paths.stderr)
@@ -371,93 +361,6 @@ def local_tree(root: int) -> tuple[list[int], list[int]]:
         if pgid == child.pid and pgid not in own:
             groups.add(pgid)
     return sorted(c.pid for c in children), sorted(groups)
-
-
-def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: bool, cancelled: bool, wall_s: float) -> TrialResult:
-    """The record of a job that has ended: the trial's own result.json, else one built from the
-    job's state and log, which goes to ended.json (the trial's file is the trial's alone)."""
-    log = job_log(job)
-    path = Path(trial_dir) / RESULT_FILE
-    broken = ""
-    if path.exists():
-        try:
-            res = read_result(path)
-            # A record another job of this trial left (a cancelled run now rerun) is not this job's.
-            if not res.job_id or res.job_id == str(job.job_id):
-                return res
-        except ResultError as e:
-            broken = str(e)
-    status, phase, reason = _classify_ended(job, log, timed_out=timed_out, cancelled=cancelled, spec=spec)
-    if broken:
-        reason = f"{broken}; {reason}"
-    res = TrialResult(
-        **spec.numbers(),
-        fingerprint=spec.fingerprint,
-        status=status,
-        oom_phase=phase,
-        error=reason,
-        wall_s=round(wall_s, 3),
-        log=log,
-        job_id=str(job.job_id),
-        device=spec.machine.device,
-        finished_at=now_iso(),
-    )
-    write_ended(res, trial_dir)
-    return res
-
-
-def forget_ended(trial_dir: Path) -> None:
-    """Before a trial runs again: the orchestrator's record of its earlier job no longer applies."""
-    try:
-        (Path(trial_dir) / ENDED_FILE).unlink()
-    except FileNotFoundError:
-        pass
-
-
-def _final_state(job: Any) -> str:
-    """The job's state once it has ended, as sacct gives it ("CANCELLED by 0", "OUT_OF_MEMORY", ...).
-
-    A Slurm job that ended by writing its result pickle may still be RUNNING or COMPLETING
-    in submitit's cached sacct answer, so sacct is asked again until the state is final.
-    """
-    if not isinstance(job, submitit.SlurmJob):
-        return str(getattr(job, "state", ""))
-    deadline = time.monotonic() + _FINAL_STATE_WAIT_S
-    while True:
-        try:
-            state = str(job.get_info(mode="force").get("State", ""))
-        except Exception:  # noqa: BLE001 - sacct trouble: classify from the log alone
-            return ""
-        if not slurm_unfinished(state) or time.monotonic() > deadline:
-            return state
-        time.sleep(0.5)
-
-
-def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spec: TrialSpec) -> tuple[Status, str | None, str]:
-    if timed_out:
-        return Status.TIMEOUT, None, f"stopped after trial.time_limit_s={spec.trial.time_limit_s}s; see {log}"
-    if cancelled:
-        return Status.CANCELLED, None, f"cancelled by the sweep; see {log}"
-    raw_state = _final_state(job)
-    state = raw_state.upper()
-    if state.startswith("CANCELLED"):
-        return Status.CANCELLED, None, f"cancelled on the cluster (sacct: {raw_state}); see {log}"
-    if state == "TIMEOUT":
-        return Status.TIMEOUT, None, f"Slurm time limit reached; raise hydra.launcher.timeout_min; see {log}"
-    if state == "NODE_FAIL":
-        return Status.FAILED, None, f"the node failed (NODE_FAIL) and Slurm did not requeue the job; see {log}"
-    from sweep.parsers import classify_failure
-
-    tail = read_tail(log)
-    stderr = _job_stderr(job)
-    if stderr:
-        tail += "\n" + read_tail(stderr)
-    verdict = classify_failure(tail, exit_code=None)
-    if state == "OUT_OF_MEMORY" and verdict.status != Status.OOM:
-        return Status.OOM, verdict.oom_phase, f"Slurm killed the job for exceeding its memory (OUT_OF_MEMORY); see {log}"
-    if verdict.status in (Status.OOM, Status.FAILED):
-        return verdict.status, verdict.oom_phase, f"{verdict.reason}; see {log}"
-    return Status.FAILED, None, f"the job ended ({state or 'unknown state'}) without writing a result; see {log}"
 
 
 def gpu_groups(host_gpus: int, per_trial: int, visible: str | None = None) -> list[tuple[int, ...]]:

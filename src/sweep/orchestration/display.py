@@ -109,7 +109,7 @@ def landed_line(res: TrialResult) -> str:
 
 def scaling_lines(results: dict[str, TrialResult]) -> list[str]:
     """The tuning playbook's check: doubling the batch should nearly double throughput."""
-    from sweep.core.strategies import SCALING_FLAG_RATIO, scaling_report
+    from sweep.core.scaling import SCALING_FLAG_RATIO, scaling_report
 
     lines = ["scaling (fastest pair per per-device batch):"]
     for step in scaling_report(results):

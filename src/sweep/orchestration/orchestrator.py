@@ -30,8 +30,10 @@ from sweep.core.space import Candidate
 from sweep.core.spec import TrialSpec
 from sweep.errors import SweepError
 from sweep.launch import backend as backends
-from sweep.orchestration.display import Display, format_table, landed_line, scaling_lines
+from sweep.launch.ended import ended_job_result, forget_ended
+from sweep.orchestration.display import Display, landed_line, scaling_lines
 from sweep.orchestration.plan import SweepPlan, make_plan
+from sweep.orchestration.preflight import check_runnable_here, dry_run_text, local_cuda_devices
 from sweep.orchestration.racing import Predictions, Racing
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, set_sweep_dir, sweep_dir_of
@@ -79,59 +81,6 @@ def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25
     check_runnable_here(plan)
     exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s).run()
     return exit_code
-
-
-def dry_run_text(plan: SweepPlan) -> str:
-    rows = build_table(plan.meta, plan.candidates, {})
-    valid = sum(c.valid for c in plan.candidates)
-    head = (
-        f"dry run: {plan.meta.machine} ({plan.meta.num_devices} x {plan.machine.device}, "
-        f"{plan.machine.memory_gib} GiB each), global_batch_size={plan.meta.global_batch_size}, "
-        f"search={plan.search}: {valid} valid candidate(s), {len(plan.candidates) - valid} invalid; nothing launched"
-    )
-    description = workloads.get(plan.meta.workload).describe(plan.workload)
-    if description:  # the built-in model's size, say: why a split may be needed
-        head += "\n" + description
-    return head + "\n\n" + format_table(rows, show_invalid=True)
-
-
-def check_runnable_here(plan: SweepPlan) -> None:
-    """A local launch of a GPU profile on a host without those GPUs fails before anything starts."""
-    if backends.cluster_of(plan.launcher) != "local" or plan.machine.device != "cuda":
-        return
-    have, need = local_cuda_devices(), plan.meta.num_devices
-    if have < need:
-        raise SweepError(
-            f"machine={plan.meta.machine} needs {need} CUDA device(s) but this host has {have}: "
-            f"run it on Slurm (hydra/launcher=submitit_slurm), or add dry_run=true to see its candidates"
-        )
-    card_gib = local_cuda_memory_gib()
-    if card_gib is not None and plan.machine.memory_gib > card_gib:
-        # Not an error: the profile may describe a bigger card of the same family; trials use what is there.
-        print(
-            f"sweep: warning: machine.memory_gib={plan.machine.memory_gib:g} is above this card's {card_gib:.1f} GiB: "
-            f"trials use the card's {card_gib:.1f} GiB (set machine.memory_gib<={card_gib:.1f} to emulate a smaller card)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-def local_cuda_devices() -> int:
-    """CUDA devices this host has, as torch counts them (CUDA_VISIBLE_DEVICES applied)."""
-    import torch
-
-    return torch.cuda.device_count()
-
-
-def local_cuda_memory_gib() -> float | None:
-    """The smallest local CUDA card's total memory in GiB; None without CUDA."""
-    import torch
-
-    try:
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        return min(torch.cuda.get_device_properties(i).total_memory for i in range(count)) / 1024**3 if count else None
-    except (RuntimeError, AssertionError, AttributeError):  # a driver that cannot say: no warning, the trials find out
-        return None
 
 
 class Orchestrator:
@@ -264,7 +213,7 @@ class Orchestrator:
         tdir = trial_dir(self.plan.sweep_dir, cand.key)
         tdir.mkdir(parents=True, exist_ok=True)
         spec = self.plan.spec(cand, tdir)
-        backends.forget_ended(tdir)  # an earlier job's end is no longer this trial's news
+        forget_ended(tdir)  # an earlier job's end is no longer this trial's news
         self.racing.forget(cand.key)  # nor an earlier run's stop request
         gpus = self.free_gpus.pop(0) if self.free_gpus else None
         if gpus is not None:
@@ -286,7 +235,7 @@ class Orchestrator:
                 self.display.log(f"accum={f.cand.accum} split={f.cand.split}: over trial.time_limit_s={self.plan.time_limit_s:g}, stopping it")
             if not f.job.done():
                 continue
-            res = backends.ended_job_result(
+            res = ended_job_result(
                 f.job, f.spec, trial_dir(self.plan.sweep_dir, key), timed_out=f.timed_out, cancelled=f.cancelled, wall_s=now - f.started
             )
             del self.in_flight[key]

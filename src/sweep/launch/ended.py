@@ -1,0 +1,106 @@
+"""What the orchestrator records about a job that ended without the trial's own record.
+
+A trial writes result.json itself; when its job was killed, cancelled, timed out or crashed
+before writing one, the orchestrator classifies the end from the job's state and log and
+writes ended.json (a file of its own, so that each file has one writer).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, now_iso, read_result, write_ended
+from sweep.core.spec import TrialSpec
+from sweep.launch.backend import FINAL_STATE_WAIT_S, job_log, job_stderr, slurm_unfinished
+from sweep.parsers.tail import read_tail
+
+
+def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: bool, cancelled: bool, wall_s: float) -> TrialResult:
+    """The record of a job that has ended: the trial's own result.json, else one built from the
+    job's state and log, which goes to ended.json (the trial's file is the trial's alone)."""
+    log = job_log(job)
+    path = Path(trial_dir) / RESULT_FILE
+    broken = ""
+    if path.exists():
+        try:
+            res = read_result(path)
+            # A record another job of this trial left (a cancelled run now rerun) is not this job's.
+            if not res.job_id or res.job_id == str(job.job_id):
+                return res
+        except ResultError as e:
+            broken = str(e)
+    status, phase, reason = _classify_ended(job, log, timed_out=timed_out, cancelled=cancelled, spec=spec)
+    if broken:
+        reason = f"{broken}; {reason}"
+    res = TrialResult(
+        **spec.numbers(),
+        fingerprint=spec.fingerprint,
+        status=status,
+        oom_phase=phase,
+        error=reason,
+        wall_s=round(wall_s, 3),
+        log=log,
+        job_id=str(job.job_id),
+        device=spec.machine.device,
+        finished_at=now_iso(),
+    )
+    write_ended(res, trial_dir)
+    return res
+
+
+def forget_ended(trial_dir: Path) -> None:
+    """Before a trial runs again: the orchestrator's record of its earlier job no longer applies."""
+    try:
+        (Path(trial_dir) / ENDED_FILE).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _final_state(job: Any) -> str:
+    """The job's state once it has ended, as sacct gives it ("CANCELLED by 0", "OUT_OF_MEMORY", ...).
+
+    A Slurm job that ended by writing its result pickle may still be RUNNING or COMPLETING
+    in submitit's cached sacct answer, so sacct is asked again until the state is final.
+    """
+    if not isinstance(job, submitit.SlurmJob):
+        return str(getattr(job, "state", ""))
+    deadline = time.monotonic() + FINAL_STATE_WAIT_S
+    while True:
+        try:
+            state = str(job.get_info(mode="force").get("State", ""))
+        except Exception:  # noqa: BLE001 - sacct trouble: classify from the log alone
+            return ""
+        if not slurm_unfinished(state) or time.monotonic() > deadline:
+            return state
+        time.sleep(0.5)
+
+
+def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spec: TrialSpec) -> tuple[Status, str | None, str]:
+    if timed_out:
+        return Status.TIMEOUT, None, f"stopped after trial.time_limit_s={spec.trial.time_limit_s}s; see {log}"
+    if cancelled:
+        return Status.CANCELLED, None, f"cancelled by the sweep; see {log}"
+    raw_state = _final_state(job)
+    state = raw_state.upper()
+    if state.startswith("CANCELLED"):
+        return Status.CANCELLED, None, f"cancelled on the cluster (sacct: {raw_state}); see {log}"
+    if state == "TIMEOUT":
+        return Status.TIMEOUT, None, f"Slurm time limit reached; raise hydra.launcher.timeout_min; see {log}"
+    if state == "NODE_FAIL":
+        return Status.FAILED, None, f"the node failed (NODE_FAIL) and Slurm did not requeue the job; see {log}"
+    from sweep.parsers import classify_failure
+
+    tail = read_tail(log)
+    stderr = job_stderr(job)
+    if stderr:
+        tail += "\n" + read_tail(stderr)
+    verdict = classify_failure(tail, exit_code=None)
+    if state == "OUT_OF_MEMORY" and verdict.status != Status.OOM:
+        return Status.OOM, verdict.oom_phase, f"Slurm killed the job for exceeding its memory (OUT_OF_MEMORY); see {log}"
+    if verdict.status in (Status.OOM, Status.FAILED):
+        return verdict.status, verdict.oom_phase, f"{verdict.reason}; see {log}"
+    return Status.FAILED, None, f"the job ended ({state or 'unknown state'}) without writing a result; see {log}"
