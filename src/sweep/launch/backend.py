@@ -1,9 +1,10 @@
-"""The submitit edge: executors from `hydra.launcher`, and ended jobs turned into results.
+"""The submitit edge: executors from `hydra.launcher`, and the jobs they run, found and stopped.
 
 submitit already is the backend abstraction (local processes or Slurm jobs behind one
 Job API), so this module only maps hydra-submitit-launcher's parameters onto an
-executor, remembers each job on disk so a restarted orchestrator can find it again,
-and records a job that ended without writing its own result.json in ended.json.
+executor, remembers each job on disk so a restarted orchestrator can find it again, and
+stops jobs and their process trees; sweep.launch.ended records a job that ended without
+writing its own result.json.
 """
 
 from __future__ import annotations

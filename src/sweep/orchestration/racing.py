@@ -1,4 +1,4 @@
-"""Racing and the memory model's verdicts: the orchestrator's side of issue 14.
+"""Racing and the memory model's verdicts: the orchestrator's side of spending less on clear answers.
 
 Racing. Each poll, every running trial's timed steps so far (its progress.json) give a 95%
 interval of its median throughput; when that interval lies wholly below the leader's
