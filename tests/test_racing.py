@@ -65,6 +65,17 @@ def test_no_leader_no_race():
     assert losers(["accum2_split1"], {"accum1_split1": flat}, GBS, lambda key: [1.0] * 8) == {}
 
 
+def test_a_tight_pair_never_leads_a_race():
+    """It is not what the sweep recommends: a slower roomy pair may still be the answer."""
+    tight = replace(LEADER["accum1_split1"], tight=True)
+    slow = [0.1, 0.12, 0.08, 0.1, 0.12, 0.08]
+    assert losers(["accum2_split1"], {"accum1_split1": tight}, GBS, lambda key: slow) == {}
+    roomy = ok(4, [0.02] * 8)
+    results = {"accum1_split1": tight, roomy.key: roomy}
+    assert leader(results) is roomy
+    assert "cannot beat the leader accum4_split1" in losers(["accum2_split1"], results, GBS, lambda key: slow)["accum2_split1"]
+
+
 def test_racing_writes_stop_once_and_a_resubmitted_trial_starts_clean(tmp_path):
     tdir = trial_dir(tmp_path, "accum2_split1")
     tdir.mkdir(parents=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sweep.core.ranking import SweepMeta, recommendation, recommendation_line
+from sweep.core.ranking import SweepMeta, confidence_view, recommendation, recommendation_line
 from sweep.core.schema import Status, TrialResult
 from sweep.launch.memory import headroom, is_tight
 
@@ -77,6 +77,22 @@ def test_without_tight_pairs_the_fastest_wins_and_nothing_is_added() -> None:
     rec = recommendation(META, by_key(result(2, 4, 170.6, 0.30), result(2, 2, 164.0, 0.01)), None, 0.05)
     assert (rec["accum"], rec["split"], rec["memory_note"]) == (2, 4, None)
     assert "\n" not in recommendation_line(rec)
+
+
+@pytest.mark.parametrize(
+    "rooms, as_oom",
+    [
+        ((0.03, 0.20, 0.5), {"accum2_split4"}),  # a tight leader passed over: it counts as not fitting
+        ((0.30, 0.01, 0.5), set()),  # the leader is roomy: the tight pair behind it changes nothing
+        ((0.03, 0.01, 0.02), set()),  # every pair tight: the fastest is recommended, scored as it is
+        ((0.30, 0.20, 0.5), set()),  # nothing tight
+    ],
+)
+def test_the_confidence_is_scored_on_the_pair_recommended(rooms, as_oom) -> None:
+    results = by_key(*(result(a, s, tp, room) for (a, s, tp), room in zip([(2, 4, 170.6), (2, 2, 164.0), (1, 1, 120.0)], rooms)))
+    view = confidence_view(results)
+    assert {k for k, r in view.items() if r.status == Status.OOM} == as_oom
+    assert all(view[k] is results[k] for k in results if k not in as_oom)
 
 
 def test_a_margin_of_zero_marks_nothing_tight_that_fits() -> None:

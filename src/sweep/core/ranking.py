@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
@@ -94,6 +94,16 @@ def ranked_ok(results: Mapping[str, TrialResult]) -> list[TrialResult]:
     """Ok results, fastest first; ties broken towards less accumulation (less memory pressure later)."""
     ok = [r for r in results.values() if r.status == OK and r.throughput]
     return sorted(ok, key=lambda r: (-(r.throughput or 0.0), r.accum, r.split))
+
+
+def confidence_view(results: Mapping[str, TrialResult]) -> Mapping[str, TrialResult]:
+    """The results to score the recommendation on: when it skips a faster tight pair, a tight pair
+    counts as not fitting (as an OOM without a phase: a bigger joint batch would be tighter still),
+    so the confidence is about the pair recommended, not about the tight leader it passed over."""
+    ranked = ranked_ok(results)
+    if not ranked or not ranked[0].tight or all(r.tight for r in ranked):
+        return results
+    return {k: (replace(r, status=OOM, oom_phase=None) if r.status == OK and r.tight else r) for k, r in results.items()}
 
 
 def build_table(
@@ -258,8 +268,9 @@ def _memory_note(best: TrialResult, fastest: TrialResult, all_tight: bool, margi
     if fastest is best:
         return None
     faster = (fastest.throughput or 0.0) / (best.throughput or 1.0) - 1.0
+    shown = f"{faster:.0%}" if faster >= 0.01 else f"{faster:.1%}"  # never "0% faster"
     return (
-        f"{pair(fastest)} is {faster:.0%} faster ({fastest.throughput:.1f} vs {best.throughput:.1f} {unit}) "
+        f"{pair(fastest)} is {shown} faster ({fastest.throughput:.1f} vs {best.throughput:.1f} {unit}) "
         f"but leaves {_pct(fastest.headroom)} headroom, below {margin}"
     )
 

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from sweep import workloads
-from sweep.core.ranking import build_table, recommendation, recommendation_line, table_csv
+from sweep.core.ranking import build_table, confidence_view, recommendation, recommendation_line, table_csv
 from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
 from sweep.core.space import Candidate
 from sweep.core.spec import TrialSpec
@@ -305,7 +305,7 @@ class Orchestrator:
     def _recommendation(self) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score
 
-        conf = confidence_score(self.plan.candidates, self.results, predicted_oom=self.predictions.p_exceeds)
+        conf = confidence_score(self.plan.candidates, confidence_view(self.results), predicted_oom=self.predictions.p_exceeds)
         return recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin)
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

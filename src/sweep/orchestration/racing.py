@@ -36,9 +36,12 @@ def interval(step_times_s: list[float], global_batch_size: int) -> tuple[float, 
 
 
 def leader(results: Mapping[str, TrialResult]) -> TrialResult | None:
-    """The fastest finished ok trial with a real interval (a figure without step times cannot lead a race)."""
+    """The fastest finished ok trial with a real interval (a figure without step times cannot lead a race).
+
+    A tight pair never leads: it is not what the sweep recommends while a roomy pair may still
+    turn up, so a trial that cannot beat it may yet be the answer."""
     for r in ranked_ok(results):
-        if r.throughput_low and r.throughput_high and r.step_times_s:
+        if r.throughput_low and r.throughput_high and r.step_times_s and not r.tight:
             return r
     return None
 
