@@ -56,6 +56,13 @@ def enough_measured(step_times_s: Sequence[float], *, target_precision: float, m
     return max(below, above) <= target_precision
 
 
+def measured_enough_for(step_times_s: Sequence[float], trial: TrialConfig) -> bool:
+    """enough_measured under a trial's own settings (target_precision, measure_steps, max_measure_steps)."""
+    return enough_measured(
+        step_times_s, target_precision=float(trial.target_precision), min_steps=int(trial.measure_steps), max_steps=int(trial.max_measure_steps)
+    )
+
+
 def cannot_win(
     candidate: Interval,
     leader: Interval,

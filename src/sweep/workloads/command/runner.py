@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sweep.core.measure import PROGRESS_FILE, enough_measured, progress_record, stop_requested, write_progress  # noqa: F401 (PROGRESS_FILE: the workload reads it from here)
+from sweep.core.measure import PROGRESS_FILE, measured_enough_for, progress_record, stop_requested, write_progress  # noqa: F401 (PROGRESS_FILE: the workload reads it from here)
 from sweep.core.schema import Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.errors import TemplateError  # defined there; still importable from here
@@ -79,6 +79,10 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     parser = settings.make_parser()
     context = settings.context(global_batch_size=values["global_batch_size"], num_devices=values["num_devices"], accum=values["accum"])
     live_rate = functools.partial(live_throughput, context=context, unit=settings.throughput_unit)
+    summarize = functools.partial(
+        settings.summarize, global_batch_size=values["global_batch_size"], num_devices=values["num_devices"], accum=values["accum"]
+    )
+    timed = functools.partial(_timed_so_far, summarize=summarize, global_batch_size=values["global_batch_size"])
     limit = float(spec.trial.time_limit_s)
     started_at, t0 = now_iso(), time.monotonic()
     print(f"accum={values['accum']} split={values['split']}: running {argv} in {cwd}; log {log_path}", flush=True)
@@ -89,7 +93,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         tail = LogTail(log_path)
         sampler = _memory_sampler(proc.pid, spec).start()
         try:
-            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, skip, _Enough(spec.trial, skip, stop_after), limit, t0, live_rate)
+            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, _Enough(spec.trial, skip, stop_after, timed), limit, t0, live_rate)
         except BaseException:
             # Interrupted (Ctrl-C reaches the job too): never leave the training command behind.
             _stop(proc)
@@ -102,7 +106,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     summary, why_not = None, ""
     if measurements:
         try:
-            summary = settings.summarize(measurements, global_batch_size=values["global_batch_size"], num_devices=values["num_devices"], accum=values["accum"])
+            summary = summarize(measurements)
         except ThroughputError as e:
             why_not = f": {e}"
     base = dict(
@@ -146,7 +150,7 @@ def _job_id() -> str:
 
 
 def _follow(
-    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, skip: int, enough: _Enough, limit: float, t0: float, rate: Any = None
+    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, enough: _Enough, limit: float, t0: float, rate: Any = None
 ) -> tuple[list[Any], bool, str]:
     """Read the log as it grows until the command ends, overruns its time, has measured enough, or is told to stop.
 
@@ -158,7 +162,7 @@ def _follow(
         new = parser.feed(tail.read_new())
         if new:
             measurements += new
-            _write_progress(trial_dir, measurements, skip, rate)
+            _write_progress(trial_dir, measurements, enough, rate)
         if code is not None:
             return measurements, False, ""
         why = enough.reason_to_stop(measurements, trial_dir)
@@ -173,51 +177,61 @@ def _follow(
 
 class _Enough:
     """When to stop the user's command: parser.stop_after figures after the warm-up if set, else once
-    core/measure.py's enough_measured holds for the per-step figures; or when racing's stop.json appears."""
+    core/measure.py's measured_enough_for holds for the measured figures; or when racing's stop.json appears."""
 
     REASON = "measured enough"
 
-    def __init__(self, trial: Any, skip: int, stop_after: Any) -> None:
-        self.trial, self.skip, self.stop_after = trial, skip, stop_after
+    def __init__(self, trial: Any, skip: int, stop_after: Any, timed: Any) -> None:
+        self.trial, self.skip, self.stop_after, self._timed = trial, skip, stop_after, timed
+        self._cached: tuple[int, list[float]] = (0, [])
+
+    def timed(self, measurements: list[Any]) -> list[float]:
+        """The measured step times so far; summarised once per new figure, not once per poll."""
+        if self._cached[0] != len(measurements):
+            self._cached = (len(measurements), self._timed(measurements))
+        return self._cached[1]
 
     def reason_to_stop(self, measurements: list[Any], trial_dir: Path) -> str:
+        times = self.timed(measurements)
         if self.stop_after is not None:
             if len(measurements) >= self.skip + int(self.stop_after):
                 return self.REASON
-        else:
-            times = _timed_step_times(measurements, self.skip)
-            if times and enough_measured(
-                times,
-                target_precision=float(self.trial.target_precision),
-                min_steps=int(self.trial.measure_steps),
-                max_steps=int(self.trial.max_measure_steps),
-            ):
-                return self.REASON
-        if _timed_step_times(measurements, self.skip):
+        elif times and measured_enough_for(times, self.trial):
+            return self.REASON
+        if times:
             return stop_requested(trial_dir) or ""
         return ""
 
 
-def _timed_step_times(measurements: list[Any], skip: int) -> list[float]:
-    """Per-step times after the warm-up epochs (as _ok_result takes them); empty for epoch averages."""
-    steps = [m for m in measurements if m.step_time_s]
-    timed = [m for m in steps if m.epoch is not None and m.epoch > skip] or steps[skip:]
-    return [m.step_time_s for m in timed]
+def _timed_so_far(measurements: list[Any], summarize: Any, global_batch_size: int) -> list[float]:
+    """Seconds per optimizer step of the figures measured so far, by the same rules the trial's record
+    uses (one rank, redrawn bars once, the preset's warm-up); empty before any figure after the warm-up."""
+    from sweep.parsers import ThroughputError
+
+    try:
+        summary = summarize(measurements)
+    except ThroughputError:
+        return []
+    return _measured_step_times(summary, global_batch_size) if summary.after_warmup else []
+
+
+def _measured_step_times(summary: Any, global_batch_size: int) -> list[float]:
+    """Seconds per optimizer step of each measured figure, for the confidence score's spread and for
+    racing; for tokens/s only where the log printed its step time. Empty unless every figure has one."""
+    from sweep.parsers.throughput import MEASURED, SAMPLES_PER_S
+
+    used = [f for f in summary.figures if f.role == MEASURED]
+    if summary.unit == SAMPLES_PER_S:
+        times = [global_batch_size / f.throughput for f in used if f.throughput]
+    else:
+        times = [f.measurement.step_time_s for f in used if f.measurement.step_time_s]
+    return times if len(times) == len(used) else []
 
 
 def _ok_result(base: dict[str, Any], summary: Any) -> TrialResult:
     """The median of the post-warm-up figures, its 95% interval and unit, as sweep.parsers summarised them."""
-    from sweep.parsers.throughput import MEASURED, SAMPLES_PER_S
-
-    # Seconds per optimizer step of each measured figure, for the confidence score's spread; for
-    # tokens/s only where the log printed its step time.
-    used = [f for f in summary.figures if f.role == MEASURED]
-    if summary.unit == SAMPLES_PER_S:
-        times = [base["global_batch_size"] / f.throughput for f in used if f.throughput]
-    else:
-        times = [f.measurement.step_time_s for f in used if f.measurement.step_time_s]
     return TrialResult(
-        status=Status.OK, step_times_s=times if len(times) == len(used) else [], throughput=summary.value,
+        status=Status.OK, step_times_s=_measured_step_times(summary, base["global_batch_size"]), throughput=summary.value,
         throughput_low=summary.low, throughput_high=summary.high, throughput_unit=summary.unit,
         steps_measured=summary.measured, warmup_steps=summary.warmup, **base,
     )
@@ -234,11 +248,11 @@ def live_throughput(m: Any, *, context: Any, unit: str | None) -> tuple[float | 
         return None, out
 
 
-def _write_progress(trial_dir: Path, measurements: list[Any], skip: int, rate: Any = None) -> None:
+def _write_progress(trial_dir: Path, measurements: list[Any], enough: _Enough, rate: Any = None) -> None:
     last = measurements[-1]
     value, unit = rate(last) if rate is not None else (last.throughput, "samples/s")
     record = progress_record(
-        _timed_step_times(measurements, skip), throughput=value, throughput_unit=unit, measurements=len(measurements), warmup_measurements=skip
+        enough.timed(measurements), throughput=value, throughput_unit=unit, measurements=len(measurements), warmup_measurements=enough.skip
     )
     write_progress(trial_dir, record)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from sweep.core.measure import enough_measured, progress_record, stop_requested, write_progress
+from sweep.core.measure import measured_enough_for, progress_record, stop_requested, write_progress
 from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
@@ -101,12 +101,6 @@ def _record_memory(result: TrialResult, peak: PeakMemory, memory_gib: float, mar
     result.tight = is_tight(result.status == Status.OK, result.headroom, margin)
 
 
-def _measured_enough(step_times_s: list[float], trial) -> bool:
-    return enough_measured(
-        step_times_s, target_precision=float(trial.target_precision), min_steps=int(trial.measure_steps), max_steps=int(trial.max_measure_steps)
-    )
-
-
 def _agree(enough: bool, stop: str, device: torch.device) -> tuple[bool, str]:
     """Rank 0's decision, broadcast so every rank leaves the step loop together (none waits in a collective)."""
     flags = torch.tensor([int(enough), int(bool(stop))], device=device)
@@ -178,7 +172,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         while True:
             enough, stop = False, ""
             if step >= warmup and rank == 0:
-                enough = _measured_enough(result.step_times_s, trial)
+                enough = measured_enough_for(result.step_times_s, trial)
                 # A stop request counts once a timed step exists: there is a partial measurement to keep.
                 stop = "" if enough or not result.step_times_s else (stop_requested(spec.trial_dir) or "")
             if world_size > 1:
