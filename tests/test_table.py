@@ -75,8 +75,12 @@ def test_steps_column_shows_steps_measured() -> None:
 
 
 def test_predicted_oom_row_shows_predicted_peak_and_capacity() -> None:
+    from sweep.orchestration.racing import predicted_record
+
     pred = PeakPrediction(peak_gib=12.5, se_gib=0.5, dof=3, low_gib=11.0, high_gib=14.0)
-    table_rows = rows([result(2, 1)], predicted_oom={"accum1_split1": pred}, capacity_gib=10.0)
+    cand = next(c for c in enumerate_candidates(16, 1, [1], [1]) if c.key == "accum1_split1")
+    # The orchestrator shows the record racing.Predictions keeps for a pair it did not launch.
+    table_rows = rows([result(2, 1), predicted_record(cand, pred, 10.0, 16, 1)])
     row = next(r for r in table_rows if r["accum"] == 1 and r["split"] == 1)
     assert (row["status"], row["peak_mem_gib"], row["capacity_gib"]) == ("predicted_oom", 12.5, 10.0)
     text = format_table(table_rows)

@@ -13,7 +13,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
 from sweep.core.schema import (
     CANCELLED,
     FAILED,
@@ -113,14 +112,11 @@ def build_table(
     running: Collection[str] = (),
     live_throughput: Mapping[str, float] | None = None,
     done: bool = False,
-    predicted_oom: Mapping[str, PeakPrediction] | None = None,
-    capacity_gib: float | None = None,
 ) -> list[dict[str, Any]]:
     """One row per candidate, ranked rows first. live_throughput: what running trials' logs show so far.
 
-    done: the search has ended, so a candidate never run is `skipped`, not `pending`.
-    predicted_oom: {key: prediction} of pairs not launched because the memory model puts their peak
-    above capacity_gib: their row is `predicted_oom`, with the predicted peak, the capacity and why.
+    done: the search has ended, so a candidate never run is `skipped`, not `pending`. A pair the
+    memory model kept from launching comes as a `predicted_oom` record (orchestration/racing.py).
     """
     ranks = {r.key: i + 1 for i, r in enumerate(ranked_ok(results))}
     base = baseline_key(results)
@@ -145,11 +141,6 @@ def build_table(
         )
         if not cand.valid:
             row["status"] = INVALID
-        elif res is None and predicted_oom and cand.key in predicted_oom:
-            pred = predicted_oom[cand.key]
-            row.update(status=PREDICTED_OOM, peak_mem_gib=pred.peak_gib, capacity_gib=capacity_gib)
-            if capacity_gib is not None:
-                row["reason"] = predicted_oom_reason(pred, capacity_gib)
         elif res is None:
             row["status"] = RUNNING if cand.key in running else SKIPPED if done else PENDING
             if row["status"] == SKIPPED:

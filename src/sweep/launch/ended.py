@@ -54,10 +54,7 @@ def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: b
 
 def forget_ended(trial_dir: Path) -> None:
     """Before a trial runs again: the orchestrator's record of its earlier job no longer applies."""
-    try:
-        (Path(trial_dir) / ENDED_FILE).unlink()
-    except FileNotFoundError:
-        pass
+    (Path(trial_dir) / ENDED_FILE).unlink(missing_ok=True)
 
 
 def _final_state(job: Any) -> str:

@@ -76,10 +76,7 @@ class Racing:
     def forget(self, key: str) -> None:
         """A (re)submitted trial starts with no stop request."""
         self.told.discard(key)
-        try:
-            (trial_dir(self.sweep_dir, key) / STOP_FILE).unlink()
-        except FileNotFoundError:
-            pass
+        (trial_dir(self.sweep_dir, key) / STOP_FILE).unlink(missing_ok=True)
 
     def stop_losers(self, running: Iterable[str], results: Mapping[str, TrialResult]) -> dict[str, str]:
         """Tell each running trial that cannot win to stop; {key: reason} of those told now."""
@@ -116,10 +113,7 @@ def write_predicted(sweep_dir: Path, record: TrialResult) -> None:
 
 def drop_predicted(sweep_dir: Path, key: str) -> None:
     """A pair no longer predicted out (new peaks changed the fit, or it is launched) loses its record."""
-    try:
-        (trial_dir(sweep_dir, key) / PREDICTED_FILE).unlink()
-    except FileNotFoundError:
-        pass
+    (trial_dir(sweep_dir, key) / PREDICTED_FILE).unlink(missing_ok=True)
 
 
 class Predictions:
