@@ -29,6 +29,7 @@ from sweep.core.schema import (
     now_iso,
 )
 from sweep.errors import SweepError
+from sweep.launch.memory import cuda_visible_numbers
 
 JOB_FILE = "job.json"
 # sacct is asked about unfinished Slurm jobs at most this often. submitit's own default backs
@@ -374,6 +375,6 @@ def gpu_groups(host_gpus: int, per_trial: int, visible: str | None = None) -> li
     """
     if per_trial < 1:
         return []
-    parts = [p.strip() for p in (visible or "").split(",") if p.strip()]
-    ids = [int(p) for p in parts] if parts and all(p.isdigit() for p in parts) and len(parts) >= host_gpus else list(range(host_gpus))
+    numbers = cuda_visible_numbers(visible)
+    ids = numbers if numbers and len(numbers) >= host_gpus else list(range(host_gpus))
     return [tuple(ids[i * per_trial : (i + 1) * per_trial]) for i in range(host_gpus // per_trial)]

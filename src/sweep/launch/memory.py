@@ -88,14 +88,19 @@ class _Nvml:
             pass
 
 
-def _visible_indices(visible: str | None, count: int) -> list[int]:
-    """NVML indices named by CUDA_VISIBLE_DEVICES (numbers only; UUIDs or none: all devices)."""
-    if visible is None or not visible.strip():
-        return list(range(count)) if visible is None else []
+def cuda_visible_numbers(visible: str | None) -> list[int] | None:
+    """The device numbers a CUDA_VISIBLE_DEVICES value names ("" names none); None when it is unset
+    or names devices by UUID, which cannot be mapped to numbers."""
+    if visible is None:
+        return None
     parts = [p.strip() for p in visible.split(",") if p.strip()]
-    if not all(p.isdigit() for p in parts):
-        return list(range(count))
-    return [int(p) for p in parts if int(p) < count]
+    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else None
+
+
+def _visible_indices(visible: str | None, count: int) -> list[int]:
+    """NVML indices named by CUDA_VISIBLE_DEVICES (numbers only; UUIDs or unset: all devices)."""
+    numbers = cuda_visible_numbers(visible)
+    return list(range(count)) if numbers is None else [n for n in numbers if n < count]
 
 
 def start_nvml() -> _Nvml | None:
