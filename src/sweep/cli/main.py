@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweep.resources import CONF_DIR
+from sweep.resources import CONF_DIR, config_options
 
 EXIT_USAGE = 2
 EXIT_BUG = 1
@@ -106,13 +106,7 @@ More: README.md; every key and its default: python -m sweep --cfg job; Hydra's o
 
 def help_text() -> str:
     """The tool's own help: what it does, the main options, examples; the schema names are internal."""
-    groups = {}
-    for group in ("machine", "workload", "sweep", "search"):
-        names = {p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml")}
-        if group == "sweep" and Path("sweeps").is_dir():
-            names |= {p.stem for p in Path("sweeps").glob("*.yaml")}
-        groups[group] = ", ".join(sorted(n for n in names if not n.endswith("_schema")))
-    return HELP.format(**groups)
+    return HELP.format(**{group: ", ".join(config_options(group)) for group in ("machine", "workload", "sweep", "search")})
 
 
 def main() -> int:

@@ -32,13 +32,12 @@ from sweep.errors import SweepError
 from sweep.launch import backend as backends
 from sweep.launch.ended import ended_job_result, forget_ended
 from sweep.orchestration.display import Display, landed_line, scaling_lines
-from sweep.orchestration.plan import SweepPlan, make_plan
+from sweep.orchestration.plan import META_FILE, SweepPlan, make_plan
 from sweep.orchestration.preflight import check_runnable_here, dry_run_text, local_cuda_devices
 from sweep.orchestration.racing import Predictions, Racing
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, set_sweep_dir, sweep_dir_of
 
-META_FILE = "sweep.json"
 TABLE_FILE = "trials.csv"
 RECOMMENDATION_FILE = "recommendation.yaml"
 LOCK_FILE = ".sweep.lock"

@@ -22,6 +22,7 @@ from sweep.core.ranking import SweepMeta
 from sweep.core.space import Candidate, SpaceError, check_positive_int, enumerate_candidates
 from sweep.core.spec import TrialSpec
 from sweep.errors import SweepError
+from sweep.resources import config_options
 
 SWEEPABLE = ("accum", "split")
 DEVICES = ("cpu", "cuda")
@@ -165,8 +166,9 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     # Checked here so that a typo in search= fails before anything is written.
     from sweep.core.strategies import make_strategy
 
+    trust_memory_model = bool(cfg.search.get("trust_memory_model", True))
     try:
-        make_strategy(search, candidates, max_trials, capacity_gib=machine.memory_gib, trust_memory_model=bool(cfg.search.trust_memory_model))
+        make_strategy(search, candidates, max_trials, capacity_gib=machine.memory_gib, trust_memory_model=trust_memory_model)
     except ValueError as e:
         raise SweepError(str(e)) from None
 
@@ -202,7 +204,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         dry_run=bool(cfg.dry_run),
         live=cfg.live,
         keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
-        trust_memory_model=bool(cfg.search.get("trust_memory_model", True)),
+        trust_memory_model=trust_memory_model,
         overrides=list(arguments),
         fingerprint_values=values,
         fingerprint=fingerprint(values),
@@ -252,14 +254,7 @@ def _check_no_schema_choice(cfg: Any) -> None:
         return
     for group, choice in choices.items():
         if isinstance(choice, str) and choice.endswith("_schema") and not str(group).startswith("hydra"):
-            raise SweepError(f"{group}={choice} is not a valid {group}: it is the typed schema {group} options build on; choose one of {_options(group)}")
-
-
-def _options(group: str) -> str:
-    from sweep.resources import CONF_DIR
-
-    names = sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
-    return ", ".join(names) or "the options in conf/" + group
+            raise SweepError(f"{group}={choice} is not a valid {group}: it is the typed schema {group} options build on; choose one of {', '.join(config_options(group))}")
 
 
 def _typed(node: Any, schema: type) -> Any:
