@@ -200,6 +200,17 @@ def test_a_result_not_of_its_place_or_wrongly_typed_is_ignored_with_its_file_nam
     assert errors[dir_name].startswith(f"{path}: ") and why in errors[dir_name], errors
 
 
+def test_every_field_of_a_record_has_its_type_checked():
+    """The checked kinds come from TrialResult's annotations: a field added later is checked too."""
+    import dataclasses
+
+    from sweep.core.schema import _FIELD_KINDS
+
+    assert set(_FIELD_KINDS) == {f.name for f in dataclasses.fields(TrialResult)} - {"step_times_s"}
+    assert _FIELD_KINDS["throughput"] == ("a number", True) and _FIELD_KINDS["status"] == ("a string", False)
+    assert _FIELD_KINDS["tight"] == ("true or false", False) and _FIELD_KINDS["steps_measured"] == ("an integer", True)
+
+
 def test_a_wrong_typed_field_is_a_result_error_naming_the_file(tmp_path):
     path = _place(tmp_path, "accum1_split1", _result(1), peak_mem_gib="lots")
     with pytest.raises(ResultError, match=r"result\.json: peak_mem_gib='lots' is not a number"):

@@ -149,20 +149,22 @@ class TrialResult:
 
 
 _INT, _NUM, _STR, _BOOL = "an integer", "a number", "a string", "true or false"
-# What each field's JSON value must be: (kinds, None allowed). A wrong-typed field would
-# otherwise reach the ranking (a throughput of "fast") or make a wrong key ("accumtwo_split1").
-_FIELD_KINDS: dict[str, tuple[str, bool]] = {
-    "accum": (_INT, False), "split": (_INT, False), "per_device_batch": (_INT, False), "joint_batch": (_INT, False),
-    "global_batch_size": (_INT, False), "num_devices": (_INT, False), "warmup_steps": (_INT, False),
-    "steps_measured": (_INT, True), "schema_version": (_INT, False),
-    "throughput": (_NUM, True), "throughput_low": (_NUM, True), "throughput_high": (_NUM, True),
-    "peak_mem_gib": (_NUM, True), "peak_reserved_gib": (_NUM, True), "capacity_gib": (_NUM, True),
-    "headroom": (_NUM, True), "wall_s": (_NUM, True),
-    "status": (_STR, False), "oom_phase": (_STR, True), "error": (_STR, False), "throughput_unit": (_STR, False),
-    "log": (_STR, False), "job_id": (_STR, False), "host": (_STR, False), "device": (_STR, False),
-    "started_at": (_STR, False), "finished_at": (_STR, False), "stopped_early": (_STR, False), "fingerprint": (_STR, False),
-    "tight": (_BOOL, False),
-}
+# What each field's JSON value must be: (kind, None allowed), read off TrialResult's own
+# annotations, so a new field is checked too. A wrong-typed field would otherwise reach the
+# ranking (a throughput of "fast") or make a wrong key ("accumtwo_split1").
+_KIND_OF_ANNOTATION = {"int": _INT, "float": _NUM, "bool": _BOOL, "str": _STR, "Status": _STR, "OomPhase": _STR}
+
+
+def _field_kinds() -> dict[str, tuple[str, bool]]:
+    kinds = {}
+    for f in dataclasses.fields(TrialResult):
+        parts = [p.strip() for p in str(f.type).split("|")]
+        if parts[0] in _KIND_OF_ANNOTATION:  # step_times_s (a list) is checked on its own
+            kinds[f.name] = (_KIND_OF_ANNOTATION[parts[0]], "None" in parts)
+    return kinds
+
+
+_FIELD_KINDS = _field_kinds()
 
 
 def _is_kind(value: Any, kind: str) -> bool:
