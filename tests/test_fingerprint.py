@@ -151,9 +151,14 @@ def test_a_rerun_with_the_same_settings_reuses_what_finished(finished, tmp_path)
     cwd, d = finished
     copy = tmp_path / "D"
     shutil.copytree(d, copy)
+    first = json.loads((copy / "sweep.json").read_text())
     proc = sweep(tmp_path, "resume=D", "trial.time_limit_s=99")  # when to give up is not a measured setting
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "reusing 2 finished trial(s)" in proc.stdout
+    again = json.loads((copy / "sweep.json").read_text())
+    # The same sweep, resumed: its id and first start are kept; only the finish moves.
+    assert (again["sweep_id"], again["started_at"]) == (first["sweep_id"], first["started_at"])
+    assert again["finished_at"] >= first["finished_at"]
 
 
 def _result(accum: int, fp: str = "abc", **change) -> TrialResult:

@@ -105,6 +105,7 @@ class Orchestrator:
         self.free_gpus: list[tuple[int, ...]] | None = None  # local CUDA only: device groups not in use
         self.stop = StopSignals()  # SIGINT/SIGTERM noted, acted on at the loop's safe points
         self.t0 = time.monotonic()
+        self.started_at = plan.started_at or now_iso()  # kept across a resume: the sweep's first start
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -334,7 +335,7 @@ class Orchestrator:
             "splits_apply": self.plan.meta.splits_apply,
             "search": self.plan.search,
             "launcher": self.cluster,
-            "started_at": self._started_at(),
+            "started_at": self.started_at,
             "finished_at": now_iso() if state != "running" else None,
             "state": state,
             # The orchestrator's own work (this process's CPU time, trials excluded) against wall time.
@@ -348,12 +349,6 @@ class Orchestrator:
             "argv": list(sys.argv[1:]),
         }
         atomic_write_text(self.plan.sweep_dir / META_FILE, json.dumps(meta, indent=2) + "\n")
-
-    def _started_at(self) -> str:
-        try:
-            return json.loads((self.plan.sweep_dir / META_FILE).read_text())["started_at"]
-        except (OSError, ValueError, KeyError):
-            return now_iso()
 
     def _finish(self) -> int:
         rows, rec = self._publish(done=True)

@@ -19,6 +19,7 @@ from sweep import workloads
 from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig
 from sweep.core.fingerprint import differences, fingerprint, fingerprint_values
 from sweep.core.ranking import SweepMeta
+from sweep.core.schema import now_iso
 from sweep.core.space import Candidate, SpaceError, check_positive_int, enumerate_candidates
 from sweep.core.spec import TrialSpec
 from sweep.errors import SweepError
@@ -49,6 +50,7 @@ class SweepPlan:
     # What a trial's measurement depends on (core/fingerprint.py), and its digest.
     fingerprint_values: dict[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
+    started_at: str = ""  # when the sweep in this dir first started (a resume keeps it); "": not recorded
 
     def spec(self, cand: Candidate, trial_dir: Path) -> TrialSpec:
         """Everything one trial job needs (it is pickled into the job)."""
@@ -208,6 +210,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         overrides=list(arguments),
         fingerprint_values=values,
         fingerprint=fingerprint(values),
+        started_at=str(stored.get("started_at") or now_iso()),
     )
 
 
