@@ -11,8 +11,9 @@
    on the staircase's trials, asked about every pair, against the grid's outcomes.
 2. Simulated 8-GPU landscapes (tests/landscapes.py): "typical", whose best pair lies off the
    constant-product staircase, and "split1_best", whose best is the staircase's split=1 base.
-   Grid vs the default staircase with the memory model, fixed measurement and then adaptive
-   measurement plus racing (core/measure.py).
+   The grid (fixed steps, then adaptive measurement plus racing) vs the default staircase with the
+   memory model, fixed measurement and then adaptive measurement plus racing (core/measure.py);
+   and the like-for-like ratio, both with adaptive measurement plus racing.
 3. The memory model's confusion table over those and 200 random landscapes: each sweep's model,
    fitted on the staircase's results, asked about every pair, against the truth; and the pairs a
    sweep really skipped on a prediction. Target: predicted OOMs right >= 95% of the time.
@@ -133,12 +134,14 @@ def simulated(land: Landscape, seeds: int = 20) -> None:
     print(f"{'':44}{'trials':>8}{'trial s':>10}{'share':>7}{'same':>6}{'stopped':>9}")
     runs = [
         ("grid, fixed steps", "grid", None, Measurement()),
+        ("grid, adaptive measurement + racing", "grid", None, Measurement(adaptive=True, racing=True)),
         ("staircase + memory model, fixed steps", "staircase", land.budget_gib, Measurement()),
         ("  + adaptive measurement", "staircase", land.budget_gib, Measurement(adaptive=True)),
         ("  + adaptive measurement + racing", "staircase", land.budget_gib, Measurement(adaptive=True, racing=True)),
         ("  + both, measure_steps=6 as the minimum", "staircase", land.budget_gib, Measurement(True, True, min_steps=6)),
     ]
     grid_s = None
+    shares: dict[str, float] = {}
     for label, name, cap, how in runs:
         n = s = same = stopped = 0.0
         for seed in range(seeds):
@@ -149,6 +152,10 @@ def simulated(land: Landscape, seeds: int = 20) -> None:
             same += leader_key(sweep.results) == (best.key if best else None)
         grid_s = grid_s or s
         print(f"{label:44}{n / seeds:>8.1f}{s / seeds:>10.1f}{s / grid_s:>7.2f}{same / seeds:>6.0%}{stopped / seeds:>9.1f}")
+        shares[label] = s / grid_s
+    # Both under the same measuring rules, as on the CPU workload above.
+    like_for_like = shares["  + adaptive measurement + racing"] / shares["grid, adaptive measurement + racing"]
+    print(f"staircase / grid, both with adaptive measurement + racing: {like_for_like:.2f}")
 
 
 def model_verdicts(land: Landscape, seed: int) -> tuple[list[tuple[str, str, bool]], dict[str, bool]]:
