@@ -109,12 +109,7 @@ class Landscape:
     def trial(self, c: Candidate, rng: random.Random) -> TrialResult:
         status, phase = self.outcome(c)
         res = TrialResult(
-            accum=c.accum,
-            split=c.split,
-            per_device_batch=c.per_device_batch,
-            joint_batch=c.joint_batch,
-            global_batch_size=self.global_batch_size,
-            num_devices=self.num_devices,
+            **c.numbers(self.global_batch_size, self.num_devices),
             status=status,
             oom_phase=phase,
             device="sim",
@@ -259,9 +254,7 @@ class RooflineLandscape(Landscape):
     def trial(self, c: Candidate, rng: random.Random) -> TrialResult:
         status, phase = self.outcome(c)
         encoder, joint = self.peaks(c)
-        res = TrialResult(accum=c.accum, split=c.split, per_device_batch=c.per_device_batch, joint_batch=c.joint_batch,
-                          global_batch_size=self.global_batch_size, num_devices=self.num_devices, status=status,
-                          oom_phase=phase, device="sim")
+        res = TrialResult(**c.numbers(self.global_batch_size, self.num_devices), status=status, oom_phase=phase, device="sim")
         res.peak_mem_gib = self.base_gib if phase == PHASE_ENCODER else encoder if status == OOM else joint
         if status != OK:
             res.error = f"simulated {status}" + (f" in {phase}" if phase else "")

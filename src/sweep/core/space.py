@@ -41,6 +41,17 @@ class Candidate:
         """accum * split: the seed's step 3 trades one for the other at constant product."""
         return self.accum * self.split
 
+    def numbers(self, global_batch_size: int, num_devices: int) -> dict[str, int]:
+        """The pair's integers by name, as a trial record (and TrialSpec.numbers) names them."""
+        return {
+            "accum": self.accum,
+            "split": self.split,
+            "per_device_batch": self.per_device_batch,
+            "joint_batch": self.joint_batch,
+            "global_batch_size": global_batch_size,
+            "num_devices": num_devices,
+        }
+
 
 def check_positive_int(name: str, value: object) -> int:
     """Return value as int, or raise SpaceError naming the value and what is valid."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweep.core.config import MachineConfig, TrialConfig
+from sweep.core.space import Candidate
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,6 @@ class TrialSpec:
         return f"accum{self.accum}_split{self.split}"
 
     def numbers(self) -> dict[str, int]:
-        """The candidate's integers by name: what a command template may use."""
-        return {
-            "accum": self.accum,
-            "split": self.split,
-            "per_device_batch": self.per_device_batch,
-            "joint_batch": self.joint_batch,
-            "global_batch_size": self.global_batch_size,
-            "num_devices": self.num_devices,
-        }
+        """The candidate's integers by name: what a command template may use, and a record's first fields."""
+        pair = Candidate(self.accum, self.split, self.per_device_batch, self.joint_batch)
+        return pair.numbers(self.global_batch_size, self.num_devices)

@@ -91,12 +91,7 @@ class Racing:
 def predicted_record(cand: Candidate, pred: PeakPrediction, capacity_gib: float, global_batch_size: int, num_devices: int) -> TrialResult:
     """What the table and predicted_oom.json show for a pair skipped on the memory model's word."""
     return TrialResult(
-        accum=cand.accum,
-        split=cand.split,
-        per_device_batch=cand.per_device_batch,
-        joint_batch=cand.joint_batch,
-        global_batch_size=global_batch_size,
-        num_devices=num_devices,
+        **cand.numbers(global_batch_size, num_devices),
         status=Status.PREDICTED_OOM,
         error=predicted_oom_reason(pred, capacity_gib),
         peak_mem_gib=round(pred.peak_gib, 4),

@@ -122,12 +122,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
     device_type = machine.device
     job = _job_environment()
     result = TrialResult(
-        accum=accum,
-        split=split,
-        per_device_batch=per_device_batch,
-        joint_batch=spec.joint_batch,
-        global_batch_size=global_batch,
-        num_devices=spec.num_devices,
+        **spec.numbers(),
         status=Status.FAILED,
         fingerprint=spec.fingerprint,  # only a sweep with the same settings adopts this record
         warmup_steps=warmup,
