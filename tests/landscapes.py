@@ -384,24 +384,31 @@ def grid_reference(land: Landscape, seed: int) -> tuple[str | None, dict[str, fl
     return best, medians, low[best]
 
 
-def simulate_calibration(seed: int, strategy: str, family: str) -> tuple[list[Sample], int]:
+def simulate_calibration(
+    seed: int, strategy: str, family: str, trial_noise: float | None = None, run_to_run: float | None = None
+) -> tuple[list[Sample], int]:
     """One simulated sweep: (a sample after every landed result that has a leader, trials run).
 
     near: the leader is the grid's best or inside its interval (its grid median at or above the low end
     of the grid best's 95% interval); strict: the leader is the truly fastest feasible pair.
+    trial_noise: replaces the landscape's own run-to-run noise; run_to_run: what the score is told
+    of it (None: the score's default floor).
     """
-    from sweep.core.confidence import confidence_score, leader_key
+    from sweep.core.confidence import TRIAL_FLOOR, confidence_score, leader_key
     from sweep.core.strategies import make_strategy
 
     rng = random.Random(seed)
     land = FAMILIES[family](rng)
+    if trial_noise is not None:
+        land = land.with_(trial_noise=trial_noise)
+    told = TRIAL_FLOOR if run_to_run is None else run_to_run
     cands = land.candidates()
     best = land.best()
     grid_best, grid_medians, grid_low = grid_reference(land, seed)
     samples: list[Sample] = []
 
     def on_result(finished: Mapping[str, TrialResult], _in_flight: frozenset) -> None:
-        score = confidence_score(cands, finished)
+        score = confidence_score(cands, finished, run_to_run=told)
         if score is None:
             return
         lead = leader_key(finished)

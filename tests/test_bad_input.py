@@ -115,6 +115,9 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("memory_margin_negative", cmd("trial.memory_margin=-0.1"), ["trial.memory_margin=-0.1", "[0, 0.5)"]),
     ("memory_margin_half", cmd("trial.memory_margin=0.5"), ["trial.memory_margin=0.5", "[0, 0.5)"]),
     ("memory_margin_text", cmd("trial.memory_margin=lots"), ["trial.memory_margin", "'lots'", "Float"]),
+    ("run_to_run_noise_half", cmd("machine.run_to_run_noise=0.5"), ["machine.run_to_run_noise=0.5", "[0, 0.5)"]),
+    ("run_to_run_noise_negative", cmd("machine.run_to_run_noise=-0.01"), ["machine.run_to_run_noise=-0.01", "[0, 0.5)"]),
+    ("run_to_run_noise_text", cmd("machine.run_to_run_noise=high"), ["machine.run_to_run_noise", "'high'"]),
     ("max_trials_zero", cmd("search.max_trials=0"), ["search.max_trials=0", "positive integer"]),
     ("max_in_flight_zero", cmd("max_in_flight=0"), ["max_in_flight=0", "positive integer"]),
     # -- the command workload: parser, template, executable

@@ -49,6 +49,7 @@ def test_a_measured_setting_changes_the_fingerprint_and_is_named(change, named):
     [
         {"trial__time_limit_s": 900.0},  # when to give up, not what a step measures
         {"machine__description": "another label"},
+        {"machine__run_to_run_noise": 0.05},  # how the figures are judged, not what they are
         {"launcher__partition": "b"},
         {"launcher__timeout_min": 60},
     ],
@@ -79,6 +80,8 @@ import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
 
 from sweep.core.schema import ResultError, TrialResult, collect_results, read_result, write_result  # noqa: E402
 
@@ -159,6 +162,20 @@ def test_a_rerun_with_the_same_settings_reuses_what_finished(finished, tmp_path)
     # The same sweep, resumed: its id and first start are kept; only the finish moves.
     assert (again["sweep_id"], again["started_at"]) == (first["sweep_id"], first["started_at"])
     assert again["finished_at"] >= first["finished_at"]
+
+
+def test_a_resume_with_another_run_to_run_noise_rescores_without_rerunning(finished, tmp_path):
+    cwd, d = finished
+    copy = tmp_path / "D"
+    shutil.copytree(d, copy)
+    results = {p.relative_to(copy): p.read_bytes() for p in (copy / "trials").rglob("result.json")}
+    before = yaml.safe_load((copy / "recommendation.yaml").read_text())["confidence"]
+    proc = sweep(tmp_path, "resume=D", "machine.run_to_run_noise=0.3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "reusing 2 finished trial(s)" in proc.stdout
+    assert {p.relative_to(copy): p.read_bytes() for p in (copy / "trials").rglob("result.json")} == results
+    after = yaml.safe_load((copy / "recommendation.yaml").read_text())["confidence"]
+    assert after < before  # the same two figures, judged on a noisier machine
 
 
 def _result(accum: int, fp: str = "abc", **change) -> TrialResult:

@@ -24,6 +24,7 @@ def test_reading_and_comparing_snippet_runs_as_written(tmp_path):
     proc = subprocess.run([sys.executable, "-c", blocks], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "throughput_samples_per_s" in proc.stdout and "ratio_vs_first" in proc.stdout
+    assert "machine.run_to_run_noise=" in proc.stdout
     assert (tmp_path / "trials.parquet").stat().st_size > 0
 
 

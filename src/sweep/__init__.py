@@ -3,6 +3,7 @@
     import sweep
     df = sweep.load("outputs/latest")        # one sweep's table as a pandas DataFrame
     sweep.compare(["outputs/a", "outputs/b"])  # several sweeps side by side
+    sweep.run_to_run("outputs/*")             # each machine's run-to-run noise, from repeated pairs
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["load", "compare", "__version__"]
+__all__ = ["load", "compare", "run_to_run", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
     # pandas is imported only when the API is used, so `python -m sweep` starts fast.
-    if name in ("load", "compare"):
+    if name in ("load", "compare", "run_to_run"):
         from sweep.analysis import api
 
         return getattr(api, name)

@@ -334,6 +334,53 @@ def compare(sources: Sequence[Source | pd.DataFrame]) -> pd.DataFrame:
     return out[COMPARE_COLUMNS].astype({c: dtypes[c] for c in COMPARE_COLUMNS})
 
 
+RUN_TO_RUN_COLUMNS = ["machine", "workload", "global_batch_size", "num_devices", "run_to_run_noise", "spread",
+                      "pairs", "repeats", "dof", "setting"]
+
+
+def run_to_run(sources: Source | pd.DataFrame | Sequence[Source | pd.DataFrame]) -> pd.DataFrame:
+    """Run-to-run noise of each machine (core/run_to_run.py), from sweeps that measured the same pairs.
+
+    One row per machine, workload, global batch and device count with a pair that ran ok in two
+    or more sweeps; `setting` is the override that tells later sweeps there, e.g.
+    `machine.run_to_run_noise=0.05`. Raises LoadError when no pair ran ok twice.
+    """
+    from sweep.core.run_to_run import Repeat, estimate_run_to_run
+
+    if isinstance(sources, (str, os.PathLike, pd.DataFrame)):
+        sources = [sources]
+    frames = [src if isinstance(src, pd.DataFrame) else load(src) for src in sources]
+    for df in frames:
+        _check_columns(df)
+    df = pd.concat(frames).drop_duplicates(["sweep_id", "accum", "split"])
+    ok = df[(df["status"] == "ok") & (df["throughput_samples_per_s"] > 0)]
+    rows = []
+    for key, group in ok.groupby(_SWEEP_LEVEL[1:], sort=True, observed=True):
+        repeats = {
+            pair: [Repeat(float(r.throughput_samples_per_s), _number(r.throughput_low_samples_per_s),
+                          _number(r.throughput_high_samples_per_s)) for r in trials.itertuples()]
+            for pair, trials in group.groupby(["accum", "split"], observed=True)
+        }
+        est = estimate_run_to_run(repeats)
+        if est is not None:
+            setting = f"machine.run_to_run_noise={est.noise:.3f}"
+            rows.append([*key, est.noise, est.spread, est.pairs, est.repeats, est.dof, setting])
+    if not rows:
+        n = df["sweep_id"].nunique()
+        raise LoadError(
+            f"run_to_run needs a pair that ran ok in two or more sweeps of one machine, found none in {n} sweep(s): "
+            "measure the same pairs in two sweep dirs, e.g. `python -m sweep search=grid accum=2,4 split=2,4 "
+            "hydra.sweep.dir=outputs/repeat1`, then again with outputs/repeat2"
+        )
+    dtypes = {**SCHEMA, "run_to_run_noise": _FLOAT, "spread": _FLOAT, "pairs": _INT, "repeats": _INT, "dof": _INT,
+              "setting": _STR}
+    return pd.DataFrame(rows, columns=RUN_TO_RUN_COLUMNS).astype({c: dtypes[c] for c in RUN_TO_RUN_COLUMNS})
+
+
+def _number(value: Any) -> float | None:
+    return None if pd.isna(value) else float(value)
+
+
 def _overlap(a: pd.DataFrame, b: pd.DataFrame) -> pd.Series:
     """Whether the 95% intervals overlap, pair by pair; <NA> where either interval is missing."""
     lo = np.maximum(a["throughput_low_samples_per_s"], b["throughput_low_samples_per_s"])

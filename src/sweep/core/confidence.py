@@ -1,8 +1,8 @@
 """How likely is the leader (fastest median among ok trials) to be the truly fastest feasible pair? (pure)
 
 1. Measured: each ok trial's log throughput ~ normal around its median, se = 1.25*sigma/sqrt(steps)
-   (sigma: robust spread of its log step times, shrunk toward the pooled one) plus a 1% between-trial
-   floor; P_measured = P(the leader beats every other ok pair), exact by 1-D quadrature.
+   (sigma: robust spread of its log step times, shrunk toward the pooled one) plus the machine's
+   run-to-run noise (1% unless told otherwise); P_measured = P(the leader beats every other ok pair), exact by 1-D quadrature.
 2. Untried: a valid pair not finished, whose OOM is not implied and that no measured pair outranks,
    may be feasible and faster with prior q = Q[direction] * 0.52**(d-1) (* 0.54 unless an ok trial
    implies it fits, * 0.44 if a slower measured pair lies between it and the leader that way, and
@@ -25,7 +25,7 @@ __all__ = ["confidence_score", "leader_probability", "leader_key", "open_pairs",
 
 # Measurement model. A trial's steps share conditions (node, clocks, data order) that the
 # next trial does not, so trials differ by more than their step scatter suggests.
-TRIAL_FLOOR = 0.01  # between-trial log-throughput noise
+TRIAL_FLOOR = 0.01  # between-trial log-throughput noise when the machine's run-to-run noise is not given
 SHRINK_STEPS = 8  # weight, in steps, of the pooled spread when estimating one trial's spread
 DEFAULT_SE = 0.05  # a result with neither step times nor an interval
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # se(median) / se(mean) for normal data
@@ -73,7 +73,7 @@ def _robust_sigma(logs: list[float]) -> float:
     return math.sqrt(sum((x - mean) ** 2 for x in logs) / max(1, len(logs) - 1))
 
 
-def _estimates(ok: list[TrialResult]) -> dict[str, tuple[float, float]]:
+def _estimates(ok: list[TrialResult], run_to_run: float = TRIAL_FLOOR) -> dict[str, tuple[float, float]]:
     """key -> (log throughput, standard deviation of its error)."""
     spreads: dict[str, tuple[float, int]] = {}
     for r in ok:
@@ -93,16 +93,20 @@ def _estimates(ok: list[TrialResult]) -> dict[str, tuple[float, float]]:
             se = (math.log(r.throughput_high) - math.log(r.throughput_low)) / (2 * 1.96)  # its 95% interval
         else:
             se = DEFAULT_SE
-        out[r.key] = (math.log(r.throughput), math.sqrt(se * se + TRIAL_FLOOR**2))  # type: ignore[arg-type]
+        out[r.key] = (math.log(r.throughput), math.sqrt(se * se + run_to_run**2))  # type: ignore[arg-type]
     return out
 
 
-def leader_probability(results: Mapping[str, TrialResult]) -> float | None:
-    """P(the leader's true throughput beats every other ok pair's), from the measurements alone."""
+def leader_probability(results: Mapping[str, TrialResult], run_to_run: float = TRIAL_FLOOR) -> float | None:
+    """P(the leader's true throughput beats every other ok pair's), from the measurements alone.
+
+    run_to_run: the machine's run-to-run noise (relative sd between trial processes), added to every
+    trial's own error: two pairs measured closer than it are not told apart, however many steps ran.
+    """
     lead = leader_key(results)
     if lead is None:
         return None
-    est = _estimates([r for r in results.values() if r.status == OK and r.throughput])
+    est = _estimates([r for r in results.values() if r.status == OK and r.throughput], run_to_run)
     m0, s0 = est[lead]
     # Rivals 8 combined standard errors behind cannot move the answer.
     rivals = [(m, s) for k, (m, s) in est.items() if k != lead and m0 - m < 8.0 * math.hypot(s0, s)]
@@ -187,13 +191,14 @@ def confidence_score(
     candidates: Sequence[Candidate],
     results: Mapping[str, TrialResult],
     predicted_oom: Mapping[str, float] | None = None,
+    run_to_run: float = TRIAL_FLOOR,
 ) -> int | None:
     """0..99: how likely the leader is the fastest feasible pair; None when no trial ran ok.
 
-    In-flight pairs count as untried. predicted_oom: see open_pairs. Whether the search has ended is not an
+    In-flight pairs count as untried. predicted_oom: see open_pairs. run_to_run: see leader_probability. Whether the search has ended is not an
     input: the score rests on the results alone, so an interim score and a final one mean the same thing.
     """
-    p = leader_probability(results)
+    p = leader_probability(results, run_to_run)
     if p is None:
         return None
     for _, q in open_pairs(candidates, results, predicted_oom):

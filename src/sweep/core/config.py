@@ -19,6 +19,11 @@ class MachineConfig:
     memory_gib: float = 0.02  # device memory per device; on CPU the emulated budget each rank may allocate
     cpu_threads: Optional[int] = None  # torch intra-op threads per rank; None: torch's default
     description: str = ""  # one line for humans, e.g. "8 x A100 80GB SXM"
+    # Run-to-run noise: the relative sd of one pair's throughput between fresh trial processes here,
+    # beyond what a trial's own step scatter shows (clocks, placement, neighbours). The confidence score
+    # cannot tell pairs apart more finely. None: RUN_TO_RUN_NOISE[device]. Estimate it from sweeps that
+    # measured the same pairs: sweep.run_to_run(sweep.load("outputs/*")).
+    run_to_run_noise: Optional[float] = None
 
 
 @dataclass
@@ -59,3 +64,15 @@ class SweepConfig:
     resume: Optional[str] = None  # an earlier sweep dir: rerun its command there, reusing finished trials
     live: Optional[bool] = None  # live table; None: only when stdout is a terminal
     keep_jobs_on_interrupt: bool = False  # Ctrl-C leaves this sweep's running jobs alone (resume picks them up)
+
+
+# machine.run_to_run_noise when unset, by device. cuda: the confidence score's calibrated floor (fresh
+# processes at a realistic model scale agreed within 0.3% on one GPU); cpu: sweep.run_to_run over 5
+# back-to-back default sweeps of 3 pairs on a shared 2-core host (README, "Run-to-run noise").
+RUN_TO_RUN_NOISE = {"cpu": 0.07, "cuda": 0.01}
+
+
+def run_to_run_noise(machine: Any) -> float:
+    """The machine's run-to-run noise: its own setting, else its device's default."""
+    configured = machine.run_to_run_noise
+    return float(configured) if configured is not None else RUN_TO_RUN_NOISE.get(machine.device, 0.01)

@@ -21,6 +21,9 @@ LAUNCHER_SHAPE_KEYS = ("tasks_per_node", "gpus_per_node", "nodes", "cpus_per_tas
 # Trial settings that only decide when to stop, not what one step measures: a resumed sweep
 # may change them (e.g. raise the time limit) and still reuse what finished.
 TRIAL_KEYS_NOT_MEASURED = ("time_limit_s",)
+# Machine keys that describe or judge the figures rather than shape them: a resume may rescore with
+# another run-to-run noise without rerunning anything.
+MACHINE_KEYS_NOT_MEASURED = ("description", "run_to_run_noise")
 
 
 def fingerprint_values(
@@ -33,7 +36,7 @@ def fingerprint_values(
     launcher: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The values a fingerprint is made of, as one nested dict of JSON values."""
-    machine_values = {k: v for k, v in machine.items() if k not in ("description",)}
+    machine_values = {k: v for k, v in machine.items() if k not in MACHINE_KEYS_NOT_MEASURED}
     return {
         "global_batch_size": int(global_batch_size),
         "num_devices": int(num_devices),

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from sweep import workloads
+from sweep.core.config import run_to_run_noise
 from sweep.core.ranking import build_table, confidence_view, recommendation, recommendation_line, table_csv
 from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
 from sweep.core.space import Candidate
@@ -305,7 +306,12 @@ class Orchestrator:
     def _recommendation(self) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score
 
-        conf = confidence_score(self.plan.candidates, confidence_view(self.results), predicted_oom=self.predictions.p_exceeds)
+        conf = confidence_score(
+            self.plan.candidates,
+            confidence_view(self.results),
+            predicted_oom=self.predictions.p_exceeds,
+            run_to_run=run_to_run_noise(self.plan.machine),
+        )
         return recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin)
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

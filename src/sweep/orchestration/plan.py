@@ -304,6 +304,13 @@ def _check_machine(machine: MachineConfig) -> None:
         raise SweepError(f"machine.memory_gib={mem!r} is not valid: expected a positive number of GiB")
     if machine.cpu_threads is not None:
         _positive("machine.cpu_threads", machine.cpu_threads)
+    noise = machine.run_to_run_noise
+    if noise is not None and (
+        not isinstance(noise, (int, float)) or isinstance(noise, bool) or not math.isfinite(noise) or not 0 <= noise < 0.5
+    ):
+        raise SweepError(
+            f"machine.run_to_run_noise={noise!r} is not valid: expected a relative sd in [0, 0.5), e.g. 0.01, or null for the device's default"
+        )
 
 
 def _check_known_keys(cfg: Any, workload_schema: type) -> None:
