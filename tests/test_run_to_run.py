@@ -137,3 +137,12 @@ def test_run_to_run_needs_a_pair_measured_twice(tmp_path):
         sweep.run_to_run([one, other])  # the same pairs, but on two machines
     with pytest.raises(LoadError, match="missing column"):
         sweep.run_to_run(pd.DataFrame({"accum": [1]}))
+
+
+def test_no_noise_at_all_is_a_valid_setting():
+    """run_to_run=0 on trials whose steps never vary: certainty, not a division by zero."""
+    flat = [TrialResult(accum=a, split=1, per_device_batch=16 // a, joint_batch=16 // a, global_batch_size=16, num_devices=1,
+                        status=OK, throughput=t, step_times_s=[16 / t] * 8) for a, t in ((2, 110.0), (4, 100.0), (8, 100.0))]
+    results = {r.key: r for r in flat}
+    assert leader_probability(results, run_to_run=0.0) == pytest.approx(1.0)
+    assert confidence_score(enumerate_candidates(16, 1, [2, 4, 8], [1]), results, run_to_run=0.0) == 99

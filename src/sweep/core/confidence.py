@@ -2,7 +2,8 @@
 
 1. Measured: each ok trial's log throughput ~ normal around its median, se = 1.25*sigma/sqrt(steps)
    (sigma: robust spread of its log step times, shrunk toward the pooled one) plus the machine's
-   run-to-run noise (1% unless told otherwise); P_measured = P(the leader beats every other ok pair), exact by 1-D quadrature.
+   run-to-run noise (1% unless told otherwise); P_measured = P(the leader beats every other ok
+   pair), exact by 1-D quadrature.
 2. Untried: a valid pair not finished, whose OOM is not implied and that no measured pair outranks,
    may be feasible and faster with prior q = Q[direction] * 0.52**(d-1) (* 0.54 unless an ok trial
    implies it fits, * 0.44 if a slower measured pair lies between it and the leader that way, and
@@ -195,8 +196,9 @@ def confidence_score(
 ) -> int | None:
     """0..99: how likely the leader is the fastest feasible pair; None when no trial ran ok.
 
-    In-flight pairs count as untried. predicted_oom: see open_pairs. run_to_run: see leader_probability. Whether the search has ended is not an
-    input: the score rests on the results alone, so an interim score and a final one mean the same thing.
+    In-flight pairs count as untried. predicted_oom: see open_pairs. run_to_run: see leader_probability.
+    Whether the search has ended is not an input: the score rests on the results alone, so an interim
+    score and a final one mean the same thing.
     """
     p = leader_probability(results, run_to_run)
     if p is None:
