@@ -196,9 +196,15 @@ def cli_flags(accum: int, split: int) -> str:
 
 
 def recommendation(
-    meta: SweepMeta, results: Mapping[str, TrialResult], confidence: int | None, memory_margin: float | None = None
+    meta: SweepMeta,
+    results: Mapping[str, TrialResult],
+    confidence: int | None,
+    memory_margin: float | None = None,
+    run_to_run_noise: float | None = None,
 ) -> dict[str, Any] | None:
     """The fastest ok pair that is not tight, and everything needed to use it; None until something ran ok.
+
+    run_to_run_noise: the machine's, as the confidence score assumed it (recorded beside the score).
 
     A tight pair (ok, but its peak leaves less than trial.memory_margin of the device) may OOM in
     real training, so it is recommended only when every ok pair is tight; a faster tight pair is
@@ -225,6 +231,7 @@ def recommendation(
         "speedup": round(best.throughput / base_tp, 4) if base_tp and best.throughput else None,
         "baseline": {"accum": results[base].accum, "split": 1} if base else None,
         "confidence": confidence,
+        "run_to_run_noise": run_to_run_noise,
         "flags": recommended_flags(meta, best),
         "throughput_unit": meta.throughput_unit,
         "splits_apply": meta.splits_apply,

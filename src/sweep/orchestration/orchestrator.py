@@ -306,13 +306,11 @@ class Orchestrator:
     def _recommendation(self) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score
 
+        noise = run_to_run_noise(self.plan.machine)
         conf = confidence_score(
-            self.plan.candidates,
-            confidence_view(self.results),
-            predicted_oom=self.predictions.p_exceeds,
-            run_to_run=run_to_run_noise(self.plan.machine),
+            self.plan.candidates, confidence_view(self.results), predicted_oom=self.predictions.p_exceeds, run_to_run=noise
         )
-        return recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin)
+        return recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin, noise)
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """Rewrite trials.csv (and recommendation.yaml), update the display; the rows and recommendation."""
