@@ -68,7 +68,7 @@ class SweepConfig:
 
 # machine.run_to_run_noise when unset, by device. cuda: the confidence score's calibrated floor (fresh
 # processes at a realistic model scale agreed within 0.3% on one GPU); cpu: sweep.run_to_run over 5
-# back-to-back default sweeps of 3 pairs on a shared 2-core host (README, "Run-to-run noise").
+# back-to-back sweeps of the same 3 pairs on a shared 2-core host (README, "Run-to-run noise").
 RUN_TO_RUN_NOISE = {"cpu": 0.07, "cuda": 0.01}
 
 
