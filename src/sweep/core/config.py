@@ -75,4 +75,4 @@ RUN_TO_RUN_NOISE = {"cpu": 0.07, "cuda": 0.01}
 def run_to_run_noise(machine: Any) -> float:
     """The machine's run-to-run noise: its own setting, else its device's default."""
     configured = machine.run_to_run_noise
-    return float(configured) if configured is not None else RUN_TO_RUN_NOISE.get(machine.device, 0.01)
+    return float(configured) if configured is not None else RUN_TO_RUN_NOISE[machine.device]

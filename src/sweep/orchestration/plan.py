@@ -293,6 +293,11 @@ def _positive(name: str, value: Any) -> int:
         raise SweepError(str(e)) from None
 
 
+def _is_number(value: Any) -> bool:
+    """An int or a float, not a bool (to Python, True is the int 1)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _check_machine(machine: MachineConfig) -> None:
     if machine.device not in DEVICES:
         raise SweepError(f"machine.device={machine.device!r} is not valid: expected one of {', '.join(DEVICES)}")
@@ -300,14 +305,12 @@ def _check_machine(machine: MachineConfig) -> None:
     if num % nodes:
         raise SweepError(f"machine.num_devices={num} is not divisible by machine.nodes={nodes}: each node runs the same number of ranks")
     mem = machine.memory_gib
-    if not isinstance(mem, (int, float)) or isinstance(mem, bool) or not math.isfinite(mem) or mem <= 0:
+    if not _is_number(mem) or not math.isfinite(mem) or mem <= 0:
         raise SweepError(f"machine.memory_gib={mem!r} is not valid: expected a positive number of GiB")
     if machine.cpu_threads is not None:
         _positive("machine.cpu_threads", machine.cpu_threads)
     noise = machine.run_to_run_noise
-    if noise is not None and (
-        not isinstance(noise, (int, float)) or isinstance(noise, bool) or not math.isfinite(noise) or not 0 <= noise < 0.5
-    ):
+    if noise is not None and (not _is_number(noise) or not 0 <= noise < 0.5):  # nan and inf fail the range too
         raise SweepError(
             f"machine.run_to_run_noise={noise!r} is not valid: expected a relative sd in [0, 0.5), e.g. 0.01, or null for the device's default"
         )
@@ -345,8 +348,8 @@ def _check_trial(trial: TrialConfig) -> None:
     if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
         raise SweepError(f"trial.warmup_steps={warmup!r} is not valid: expected an integer >= 0")
     limit = trial.time_limit_s
-    if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not limit > 0:
+    if not _is_number(limit) or not limit > 0:
         raise SweepError(f"trial.time_limit_s={limit!r} is not valid: expected a positive number of seconds")
     margin = trial.memory_margin
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0 <= margin < 0.5:
+    if not _is_number(margin) or not 0 <= margin < 0.5:
         raise SweepError(f"trial.memory_margin={margin!r} is not valid: expected a fraction of device memory in [0, 0.5), e.g. 0.05")
