@@ -13,9 +13,10 @@ import sweep
 from sweep.analysis.api import RUN_TO_RUN_COLUMNS, LoadError
 from sweep.core.confidence import TRIAL_FLOOR, confidence_score, leader_probability
 from sweep.core.config import MachineConfig, run_to_run_noise
-from sweep.core.run_to_run import Z95, Repeat, RunToRun, estimate_run_to_run, within_se
+from sweep.core.run_to_run import Repeat, RunToRun, estimate_run_to_run, within_se
 from sweep.core.schema import OK, TrialResult
 from sweep.core.space import enumerate_candidates
+from sweep.core.stats import Z95
 
 
 def interval(throughput: float, se: float) -> Repeat:

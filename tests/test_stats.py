@@ -1,10 +1,11 @@
+import math
 import statistics
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sweep.core.stats import median_interval_ranks, throughput_summary
+from sweep.core.stats import Z95, interval_se, median_interval_ranks, throughput_summary
 
 
 @pytest.mark.parametrize("n, expected", [(1, (0, 0)), (2, (0, 1)), (5, (0, 4)), (6, (0, 5)), (9, (1, 7)), (20, (5, 14))])
@@ -26,3 +27,19 @@ def test_interval_always_contains_the_median(times):
     assert lo <= mid * (1 + 1e-9) and mid <= hi * (1 + 1e-9)
     assert mid == pytest.approx(8 / statistics.median(times))  # the median step, not the mean
 
+
+
+@pytest.mark.parametrize(
+    "low, high, se",
+    [
+        (100 * math.exp(-Z95 * 0.04), 100 * math.exp(Z95 * 0.04), 0.04),  # the se the interval was built from
+        (None, 60.0, None),  # no interval
+        (40.0, None, None),
+        (50.0, 50.0, None),  # zero width states nothing
+        (60.0, 40.0, None),  # inverted
+        (0.0, 40.0, None),  # not a throughput
+    ],
+)
+def test_interval_se_reads_a_95_interval_or_says_none(low, high, se):
+    got = interval_se(low, high)
+    assert got == (None if se is None else pytest.approx(se))

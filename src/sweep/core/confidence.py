@@ -20,6 +20,7 @@ from statistics import NormalDist, median
 
 from sweep.core.schema import OK, TrialResult
 from sweep.core.space import Candidate
+from sweep.core.stats import interval_se
 from sweep.core.strategies import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
 
 __all__ = ["confidence_score", "leader_probability", "leader_key", "open_pairs", "rank_order"]
@@ -90,10 +91,8 @@ def _estimates(ok: list[TrialResult], run_to_run: float = TRIAL_FLOOR) -> dict[s
             s, n = spreads[r.key]
             s = math.sqrt((n * s * s + SHRINK_STEPS * pooled * pooled) / (n + SHRINK_STEPS))
             se = MEDIAN_EFFICIENCY * s / math.sqrt(n)
-        elif r.throughput_low and r.throughput_high and r.throughput_high > r.throughput_low:
-            se = (math.log(r.throughput_high) - math.log(r.throughput_low)) / (2 * 1.96)  # its 95% interval
         else:
-            se = DEFAULT_SE
+            se = interval_se(r.throughput_low, r.throughput_high) or DEFAULT_SE
         out[r.key] = (math.log(r.throughput), math.sqrt(se * se + run_to_run**2))  # type: ignore[arg-type]
     return out
 

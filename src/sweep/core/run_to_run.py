@@ -17,7 +17,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-Z95 = 1.959963984540054  # the 95% interval's half-width, in standard errors
+from sweep.core.stats import interval_se
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,7 @@ class RunToRun:
 
 def within_se(repeat: Repeat) -> float:
     """The log-throughput standard error a trial's own interval states (0 without one)."""
-    if repeat.low is None or repeat.high is None or not 0 < repeat.low <= repeat.high:
-        return 0.0
-    return (math.log(repeat.high) - math.log(repeat.low)) / (2 * Z95)
+    return interval_se(repeat.low, repeat.high) or 0.0
 
 
 def estimate_run_to_run(repeats_by_pair: Mapping[Hashable, Sequence[Repeat]]) -> RunToRun | None:

@@ -13,7 +13,16 @@ from collections.abc import Sequence
 from statistics import median
 
 # median is re-exported: the one median (it raises StatisticsError, a ValueError, on no data).
-__all__ = ["median", "median_interval_ranks", "throughput_summary"]
+__all__ = ["Z95", "interval_se", "median", "median_interval_ranks", "throughput_summary"]
+
+Z95 = 1.96  # a 95% interval's half-width in standard errors, as every figure here has rounded it
+
+
+def interval_se(low: float | None, high: float | None) -> float | None:
+    """The log-throughput standard error a 95% interval [low, high] states; None without a usable one."""
+    if low is None or high is None or not 0 < low < high:
+        return None
+    return (math.log(high) - math.log(low)) / (2 * Z95)
 
 
 def _binom_cdf(k: int, n: int) -> float:
