@@ -106,7 +106,6 @@ class Orchestrator:
         self.free_gpus: list[tuple[int, ...]] | None = None  # local CUDA only: device groups not in use
         self.stop = StopSignals()  # SIGINT/SIGTERM noted, acted on at the loop's safe points
         self.t0 = time.monotonic()
-        self.started_at = plan.started_at or now_iso()  # kept across a resume: the sweep's first start
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -339,7 +338,7 @@ class Orchestrator:
             "splits_apply": self.plan.meta.splits_apply,
             "search": self.plan.search,
             "launcher": self.cluster,
-            "started_at": self.started_at,
+            "started_at": self.plan.started_at,
             "finished_at": now_iso() if state != "running" else None,
             "state": state,
             # The orchestrator's own work (this process's CPU time, trials excluded) against wall time.

@@ -50,7 +50,7 @@ class SweepPlan:
     # What a trial's measurement depends on (core/fingerprint.py), and its digest.
     fingerprint_values: dict[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
-    started_at: str = ""  # when the sweep in this dir first started (a resume keeps it); "": not recorded
+    started_at: str = field(default_factory=now_iso)  # when the sweep in this dir first started (a resume keeps it)
 
     def spec(self, cand: Candidate, trial_dir: Path) -> TrialSpec:
         """Everything one trial job needs (it is pickled into the job)."""
