@@ -291,3 +291,18 @@ def test_default_dirs_of_sweeps_started_in_the_same_second_are_separate(tmp_path
     assert (taken / "sweep.json").read_text() == "{}"  # the earlier sweep's dir was not touched
     dirs = sorted(p.name for p in (tmp_path / "outputs").iterdir() if not p.is_symlink() and p.name != "same")
     assert dirs == ["same-2", "same-3"], dirs
+
+
+def test_a_resume_removes_only_the_temp_files_the_orchestrator_alone_writes(tmp_path):
+    """A killed orchestrator can leave .NAME.*.tmp beside its files; a running trial's own are not its to remove."""
+    from sweep.orchestration.sweep_dir import remove_stale_temp_files
+
+    trial = tmp_path / "trials" / "accum2_split4"
+    trial.mkdir(parents=True)
+    stale = [tmp_path / ".trials.csv.x1.tmp", tmp_path / ".sweep.json.x2.tmp", trial / ".job.json.x3.tmp"]
+    kept = [trial / ".result.json.x4.tmp", trial / ".progress.json.x5.tmp", tmp_path / "trials.csv", trial / "job.json"]
+    for path in stale + kept:
+        path.write_text("{}")
+    remove_stale_temp_files(tmp_path, ("trials.csv", "recommendation.yaml", "sweep.json"), ("job.json",))
+    assert [p for p in stale if p.exists()] == []
+    assert [p for p in kept if not p.exists()] == []

@@ -13,12 +13,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shlex
 import signal
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -26,18 +24,18 @@ import yaml
 from sweep import workloads
 from sweep.core.config import run_to_run_noise
 from sweep.core.ranking import build_table, confidence_view, recommendation, recommendation_line, table_csv
-from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, now_iso, point_latest, trial_dir
+from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, point_latest, trial_dir
 from sweep.core.space import Candidate
 from sweep.core.spec import TrialSpec
 from sweep.errors import SweepError
 from sweep.launch import backend as backends
 from sweep.launch.ended import ended_job_result, forget_ended
 from sweep.orchestration.display import Display, landed_line, scaling_lines
-from sweep.orchestration.plan import META_FILE, SweepPlan, make_plan
+from sweep.orchestration.plan import META_FILE, SweepPlan, make_plan, sweep_record
 from sweep.orchestration.preflight import check_runnable_here, dry_run_text, local_cuda_devices
 from sweep.orchestration.racing import Predictions, Racing
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
-from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, set_sweep_dir, sweep_dir_of
+from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, remove_stale_temp_files, set_sweep_dir, sweep_dir_of
 
 TABLE_FILE = "trials.csv"
 RECOMMENDATION_FILE = "recommendation.yaml"
@@ -255,7 +253,7 @@ class Orchestrator:
         for key, why in unreadable.items():
             if key in self.by_key and key not in self.results:
                 self.display.log(f"ignoring {why}: that trial is not finished")
-        _remove_stale_temp_files(self.plan.sweep_dir)
+        remove_stale_temp_files(self.plan.sweep_dir, (TABLE_FILE, RECOMMENDATION_FILE, META_FILE), (backends.JOB_FILE,))
 
     def _reattach(self) -> None:
         folder = str(self.plan.launcher["submitit_folder"])
@@ -326,32 +324,11 @@ class Orchestrator:
         return rows, rec
 
     def _write_meta(self, state: str) -> None:
-        meta = {
-            "schema_version": 1,
-            "sweep_id": self.plan.meta.sweep_id,
-            "machine": self.plan.meta.machine,
-            "workload": self.plan.meta.workload,
-            "global_batch_size": self.plan.meta.global_batch_size,
-            "num_devices": self.plan.meta.num_devices,
-            "parser": self.plan.meta.parser,
-            "throughput_unit": self.plan.meta.throughput_unit,
-            "splits_apply": self.plan.meta.splits_apply,
-            "search": self.plan.search,
-            "launcher": self.cluster,
-            "started_at": self.plan.started_at,
-            "finished_at": now_iso() if state != "running" else None,
-            "state": state,
-            # The orchestrator's own work (this process's CPU time, trials excluded) against wall time.
-            "orchestrator_cpu_s": round(time.process_time(), 3),
-            "wall_s": round(time.monotonic() - self.t0, 3),
-            # What every trial's measurement depends on: a rerun with other values is refused.
-            "fingerprint": self.plan.fingerprint,
-            "fingerprint_values": self.plan.fingerprint_values,
-            "command": "python -m sweep " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-            # What `resume=DIR` replays: the whole command line, hydra.* overrides included.
-            "argv": list(sys.argv[1:]),
-        }
-        atomic_write_text(self.plan.sweep_dir / META_FILE, json.dumps(meta, indent=2) + "\n")
+        record = sweep_record(
+            self.plan, state=state, launcher=self.cluster, argv=sys.argv[1:],
+            orchestrator_cpu_s=time.process_time(), wall_s=time.monotonic() - self.t0,
+        )
+        atomic_write_text(self.plan.sweep_dir / META_FILE, json.dumps(record, indent=2) + "\n")
 
     def _finish(self) -> int:
         rows, rec = self._publish(done=True)
@@ -409,17 +386,3 @@ class Orchestrator:
         except BrokenPipeError:
             silence_stdout()
 
-
-def _remove_stale_temp_files(sweep_dir: Path) -> None:
-    """Temp files of this sweep's own atomic writes that a killed orchestrator left behind.
-
-    Only files the orchestrator alone writes (the lock is held, so none is in progress);
-    a running trial's own temp files (result.json, progress.json) are left alone.
-    """
-    names = [f".{name}.*.tmp" for name in (TABLE_FILE, RECOMMENDATION_FILE, META_FILE)]
-    stale = [p for n in names for p in sweep_dir.glob(n)] + list(sweep_dir.glob(f"trials/*/.{backends.JOB_FILE}.*.tmp"))
-    for path in stale:
-        try:
-            path.unlink()
-        except OSError:
-            pass

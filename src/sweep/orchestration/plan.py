@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -224,6 +225,36 @@ def stored_meta(sweep_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return meta if isinstance(meta, dict) else {}
+
+
+def sweep_record(plan: SweepPlan, *, state: str, launcher: str, argv: Sequence[str], orchestrator_cpu_s: float, wall_s: float) -> dict[str, Any]:
+    """What sweep.json holds: the sweep's identity and settings, its state, and what resume replays."""
+    meta = plan.meta
+    return {
+        "schema_version": 1,
+        "sweep_id": meta.sweep_id,
+        "machine": meta.machine,
+        "workload": meta.workload,
+        "global_batch_size": meta.global_batch_size,
+        "num_devices": meta.num_devices,
+        "parser": meta.parser,
+        "throughput_unit": meta.throughput_unit,
+        "splits_apply": meta.splits_apply,
+        "search": plan.search,
+        "launcher": launcher,
+        "started_at": plan.started_at,
+        "finished_at": now_iso() if state != "running" else None,
+        "state": state,
+        # The orchestrator's own work (its process's CPU time, trials excluded) against wall time.
+        "orchestrator_cpu_s": round(orchestrator_cpu_s, 3),
+        "wall_s": round(wall_s, 3),
+        # What every trial's measurement depends on: a rerun with other values is refused.
+        "fingerprint": plan.fingerprint,
+        "fingerprint_values": plan.fingerprint_values,
+        "command": "python -m sweep " + " ".join(shlex.quote(a) for a in argv),
+        # What `resume=DIR` replays: the whole command line, hydra.* overrides included.
+        "argv": list(argv),
+    }
 
 
 def check_same_settings(sweep_dir: Path, values: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ free sibling (-2, -3, ...). A dir the user names (hydra.sweep.dir=, resume=) is 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +59,19 @@ def set_sweep_dir(cfg: Any, sweep_dir: Path) -> None:
 
     with read_write(cfg.hydra), open_dict(cfg.hydra):
         cfg.hydra.sweep.dir = str(sweep_dir)
+
+
+def remove_stale_temp_files(sweep_dir: Path, own_files: Iterable[str], trial_files: Iterable[str]) -> None:
+    """Temp files of a sweep's own atomic writes that a killed orchestrator left behind.
+
+    Only files the orchestrator alone writes (its lock is held, so none is being written):
+    own_files in the sweep dir and trial_files in each trial dir. A running trial's own temp
+    files (result.json, progress.json) are not named, so they are left alone.
+    """
+    stale = [p for name in own_files for p in sweep_dir.glob(f".{name}.*.tmp")]
+    stale += [p for name in trial_files for p in sweep_dir.glob(f"trials/*/.{name}.*.tmp")]
+    for path in stale:
+        try:
+            path.unlink()
+        except OSError:
+            pass
