@@ -110,3 +110,22 @@ def test_oom_trial_in_a_subprocess_records_the_phase(tmp_path, phase, workload, 
     assert f"result oom in phase {phase}" in proc.stdout
     # The original traceback goes to the log, where log-based classifiers read function names.
     assert {"joint": "joint_and_loss", "encoder": "encode"}[phase] in proc.stderr
+
+
+@pytest.mark.parametrize("optimizer,ends", [("adam", "ok"), ("lion", "ValueError")])
+def test_the_job_leaves_the_process_frozen_for_its_exit_whether_the_trial_ended_or_raised(tmp_path, optimizer, ends):
+    """The job process only exits after run_job: its shutdown collection would walk every object
+    torch made (0.3-0.5 s a trial, between one trial and the next), so run_job freezes them first."""
+    spec = make_spec(tmp_path, workload=RNNTWorkloadConfig(**{**asdict(SMALL), "optimizer": optimizer}), cpu_threads=1)
+    spec_file = tmp_path / "spec.pkl"
+    spec_file.write_bytes(pickle.dumps(spec))
+    code = (
+        "import gc, pickle, sys; from sweep.launch.job import run_job; spec = pickle.load(open(sys.argv[1], 'rb'))\n"
+        "try:\n    print('ended', run_job(spec).status)\nexcept ValueError:\n    print('ended ValueError')\n"
+        "print('frozen', gc.get_freeze_count())"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(spec_file)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith(("ended ", "frozen ")))
+    assert lines["ended"] == ends
+    assert int(lines["frozen"]) > 10_000  # torch's modules and the trial's model, not a handful
