@@ -128,10 +128,28 @@ def test_run_to_run_from_sweep_dirs(tmp_path):
     assert both.set_index("machine").loc["dgx-a100", "run_to_run_noise"] == pytest.approx(row["run_to_run_noise"])
 
 
+def test_a_trial_racing_stopped_is_not_a_repeat(tmp_path):
+    """Racing stops a trial because its figure came out low: that selected figure would inflate the spread."""
+    outputs = tmp_path / "outputs"
+    frames = [sweep.load(d) for d in repeated(outputs, [1.0, 1.1, 0.95, 1.05])]
+    plain = sweep.run_to_run(frames)
+    last = frames[-1].copy()
+    stopped = (last["accum"] == 16) & (last["split"] == 1)
+    last.loc[stopped, "throughput_samples_per_s"] *= 0.6
+    last["stopped_early"] = last["stopped_early"].astype("string").mask(stopped, "stopped after 7 timed steps: cannot beat the leader")
+    got = sweep.run_to_run([*frames[:-1], last])
+    without = sweep.run_to_run([*frames[:-1], last[~stopped]])
+    assert got.iloc[0]["repeats"] == without.iloc[0]["repeats"] == plain.iloc[0]["repeats"] - 1
+    assert got.iloc[0]["run_to_run_noise"] == without.iloc[0]["run_to_run_noise"]
+    # Counted, the selected figure would have more than doubled the estimate.
+    counted = sweep.run_to_run([*frames[:-1], last.assign(stopped_early=pd.NA)])
+    assert counted.iloc[0]["run_to_run_noise"] > 2 * plain.iloc[0]["run_to_run_noise"]
+
+
 def test_run_to_run_needs_a_pair_measured_twice(tmp_path):
     outputs = tmp_path / "outputs"
     one = make_sweep(outputs, "one", accums=(8,), splits=(1, 2))
-    with pytest.raises(LoadError, match=r"ran ok in two or more sweeps of one machine, found none in 1 sweep\(s\)"):
+    with pytest.raises(LoadError, match=r"ran ok in two or more sweeps of one machine \(not stopped early by racing\), found none in 1 sweep\(s\)"):
         sweep.run_to_run(one)
     other = make_sweep(outputs, "other", machine="dgx-h100", accums=(8,), splits=(1, 2))
     with pytest.raises(LoadError, match="found none in 2 sweep"):

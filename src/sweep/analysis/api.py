@@ -344,6 +344,9 @@ def run_to_run(sources: Source | pd.DataFrame | Sequence[Source | pd.DataFrame])
     One row per machine, workload, global batch and device count with a pair that ran ok in two
     or more sweeps; `setting` is the override that tells later sweeps there, e.g.
     `machine.run_to_run_noise=0.05`. Raises LoadError when no pair ran ok twice.
+
+    Trials racing stopped early are left out: racing stops a trial because its figure came out
+    low, so those figures are selected, and they would widen the spread they are meant to measure.
     """
     from sweep.core.run_to_run import Repeat, estimate_run_to_run
 
@@ -353,7 +356,7 @@ def run_to_run(sources: Source | pd.DataFrame | Sequence[Source | pd.DataFrame])
     for df in frames:
         _check_columns(df)
     df = pd.concat(frames).drop_duplicates(["sweep_id", "accum", "split"])
-    ok = df[(df["status"] == "ok") & (df["throughput_samples_per_s"] > 0)]
+    ok = df[(df["status"] == "ok") & (df["throughput_samples_per_s"] > 0) & df["stopped_early"].isna()]
     rows = []
     for key, group in ok.groupby(_SWEEP_LEVEL[1:], sort=True, observed=True):
         repeats = {
@@ -368,7 +371,8 @@ def run_to_run(sources: Source | pd.DataFrame | Sequence[Source | pd.DataFrame])
     if not rows:
         n = df["sweep_id"].nunique()
         raise LoadError(
-            f"run_to_run needs a pair that ran ok in two or more sweeps of one machine, found none in {n} sweep(s): "
+            f"run_to_run needs a pair that ran ok in two or more sweeps of one machine (not stopped early by racing), "
+            f"found none in {n} sweep(s): "
             "measure the same pairs in two sweep dirs, e.g. `python -m sweep search=grid accum=2,4 split=2,4 "
             "hydra.sweep.dir=outputs/repeat1`, then again with outputs/repeat2"
         )
