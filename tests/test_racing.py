@@ -215,6 +215,29 @@ def test_a_command_trial_that_cannot_win_is_stopped_and_counts_as_ok(tmp_path):
     assert not fast.stopped_early and 6 <= fast.steps_measured < 39
 
 
+@pytest.mark.e2e
+def test_with_racing_off_the_trial_that_cannot_win_measures_to_its_own_end(tmp_path):
+    """search.racing=false: repeats for sweep.run_to_run need whole measurements, not ones racing cut short."""
+    from sweep_run import run_sweep
+
+    script = tmp_path / "race_train.py"
+    script.write_text(RACE_SCRIPT)
+    sweep_dir = tmp_path / "s"
+    argv = f'["{sys.executable}","{script}","--accum={{accum}}"]'
+    args = [
+        f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv={argv}", "workload.parser.type=nanogpt",
+        f"global_batch_size={GBS}", "search=grid", "accum=1,2", "split=1", "max_in_flight=2", "trial.time_limit_s=120",
+        "trial.max_measure_steps=12", "search.racing=false", "live=false",
+    ]
+    proc = run_sweep(args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    slow = read_result(trial_dir(sweep_dir, "accum2_split1") / RESULT_FILE)
+    # Its alternating +-20% steps never reach +-2%: adaptive measurement ran it to the cap, and nothing raced it.
+    assert slow.status == Status.OK and not slow.stopped_early and slow.steps_measured == 12
+    assert "stopping it" not in proc.stdout and not (trial_dir(sweep_dir, "accum2_split1") / STOP_FILE).exists()
+    assert "recommended accum=1 split=1" in proc.stdout
+
+
 STEADY_SCRIPT = '''
 import time
 for it in range(12):

@@ -48,6 +48,9 @@ class SearchConfig:
     # Skip pairs the memory model (core/memory_model.py) predicts to exceed machine.memory_gib with
     # probability >= 0.95, fitted on the peaks measured so far; false: launch them to find out.
     trust_memory_model: bool = True
+    # Stop a running trial once its interval lies wholly below the leader's (orchestration/racing.py);
+    # false: every trial measures to its own end, e.g. for repeats that sweep.run_to_run compares.
+    racing: bool = True
 
 
 @dataclass

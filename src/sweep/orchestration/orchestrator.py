@@ -268,6 +268,8 @@ class Orchestrator:
 
     # -- racing and the memory model (orchestration/racing.py) ---------------------------------
     def _race(self) -> None:
+        if not self.plan.racing:
+            return
         for key, reason in self.racing.stop_losers(list(self.in_flight), self.results).items():
             f = self.in_flight[key]
             self.display.log(f"accum={f.cand.accum} split={f.cand.split}: stopping it, {reason}")
