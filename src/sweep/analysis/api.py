@@ -371,7 +371,7 @@ def run_to_run(sources: Source | pd.DataFrame | Sequence[Source | pd.DataFrame])
     if not rows:
         n = df["sweep_id"].nunique()
         raise LoadError(
-            f"run_to_run needs a pair that ran ok in two or more sweeps of one machine (not stopped early by racing), "
+            "run_to_run needs a pair that ran ok in two or more sweeps of one machine (not stopped early by racing), "
             f"found none in {n} sweep(s): "
             "measure the same pairs in two sweep dirs, e.g. `python -m sweep search=grid search.racing=false accum=2,4 split=2,4 "
             "hydra.sweep.dir=outputs/repeat1`, then again with outputs/repeat2"
