@@ -188,8 +188,8 @@ while accum != 1 or it < 40:
 '''
 
 
-@pytest.mark.e2e
-def test_a_command_trial_that_cannot_win_is_stopped_and_counts_as_ok(tmp_path):
+def race_sweep(tmp_path: Path, *extra: str):
+    """A real sweep of RACE_SCRIPT's fast accum=1 and slow accum=2 side by side: (the process, its sweep dir)."""
     from sweep_run import run_sweep
 
     script = tmp_path / "race_train.py"
@@ -199,9 +199,16 @@ def test_a_command_trial_that_cannot_win_is_stopped_and_counts_as_ok(tmp_path):
     args = [
         f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv={argv}", "workload.parser.type=nanogpt",
         f"global_batch_size={GBS}", "search=grid", "accum=1,2", "split=1", "max_in_flight=2", "trial.time_limit_s=120", "live=false",
+        *extra,
     ]
     proc = run_sweep(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc, sweep_dir
+
+
+@pytest.mark.e2e
+def test_a_command_trial_that_cannot_win_is_stopped_and_counts_as_ok(tmp_path):
+    proc, sweep_dir = race_sweep(tmp_path)
     rows = {int(r["accum"]): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
     assert rows[1]["status"] == rows[2]["status"] == "ok"
     assert rows[2]["reason"].startswith("stopped early: stopped after") and "cannot beat the leader accum1_split1" in rows[2]["reason"]
@@ -218,19 +225,7 @@ def test_a_command_trial_that_cannot_win_is_stopped_and_counts_as_ok(tmp_path):
 @pytest.mark.e2e
 def test_with_racing_off_the_trial_that_cannot_win_measures_to_its_own_end(tmp_path):
     """search.racing=false: repeats for sweep.run_to_run need whole measurements, not ones racing cut short."""
-    from sweep_run import run_sweep
-
-    script = tmp_path / "race_train.py"
-    script.write_text(RACE_SCRIPT)
-    sweep_dir = tmp_path / "s"
-    argv = f'["{sys.executable}","{script}","--accum={{accum}}"]'
-    args = [
-        f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv={argv}", "workload.parser.type=nanogpt",
-        f"global_batch_size={GBS}", "search=grid", "accum=1,2", "split=1", "max_in_flight=2", "trial.time_limit_s=120",
-        "trial.max_measure_steps=12", "search.racing=false", "live=false",
-    ]
-    proc = run_sweep(args, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc, sweep_dir = race_sweep(tmp_path, "trial.max_measure_steps=12", "search.racing=false")
     slow = read_result(trial_dir(sweep_dir, "accum2_split1") / RESULT_FILE)
     # Its alternating +-20% steps never reach +-2%: adaptive measurement ran it to the cap, and nothing raced it.
     assert slow.status == Status.OK and not slow.stopped_early and slow.steps_measured == 12
