@@ -73,6 +73,9 @@ def _add(a: int, b: int) -> int:
 def test_submitit_job_returns_value(slurm_cluster, tmp_path):
     job = _executor(tmp_path, slurm_cluster).submit(_add, 2, 3)
     assert job.result() == 5
+    # result() returns once the result pickle exists (submitit's done()); the job's process may still
+    # be exiting, and the accounting records its end after that: wait for a finished state first.
+    _wait_until(f"job {job.job_id} to finish in sacct", lambda: _finished_state(job.job_id))
     # submitit's own sacct polling (sacct -o JobID,State,NodeList --parsable2 -j ID)
     assert job.get_info(mode="force")["State"] == "COMPLETED"
     assert job.state == "COMPLETED"
