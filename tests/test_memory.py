@@ -71,6 +71,18 @@ def test_peak_memory_sees_a_touched_tensor_and_resets():
     assert meter.peak_bytes() < 32 * 2**20
 
 
+def test_the_cpu_reserved_peak_counts_mapped_pages_that_the_resident_peak_misses():
+    """The emulated cap counts address space: a tensor allocated but never written costs no resident
+    memory, yet counts against the cap, so it is what headroom must count (as CUDA's reserved peak)."""
+    meter = PeakMemory(torch.device("cpu"))
+    # VmPeak cannot be reset: allocate past whatever peak this process already reached.
+    already = meter.reserved_peak_bytes()
+    mapped = torch.empty(already // 4 + 16 * 2**20)  # float32: `already` bytes plus 64 MiB, untouched
+    assert meter.reserved_peak_bytes() >= already + 60 * 2**20
+    assert meter.peak_bytes() < 16 * 2**20
+    del mapped
+
+
 def test_no_budget_is_a_no_op():
     budget = MemoryBudget(torch.device("cpu"), None)
     with budget:

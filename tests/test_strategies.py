@@ -242,6 +242,29 @@ def test_staircase_is_stateless_so_resume_and_reorder_are_safe():
     assert make_strategy("staircase", land.candidates()).propose(res, ()) == Proposal([], done=True)
 
 
+@pytest.mark.parametrize("tight, proposed", [(False, []), (True, ["accum2_split8"])])
+def test_a_tight_leader_has_its_split_doubled_neighbour_tried(tight, proposed):
+    """The built-in CPU sweep's staircase (global batch 16, one device): (2, 4) leads but is tight.
+    Its joint in twice the chunks, (2, 8), needs less memory and may beat every roomy pair; a
+    roomy (2, 4) would outrank it, and the staircase would be done."""
+    cands = enumerate_candidates(16, 1)
+
+    def ran(accum, split, status=OK, phase=None, thr=None, is_tight=False):
+        c = make_candidate(accum, split, 16, 1)
+        return TrialResult(accum, split, c.per_device_batch, c.joint_batch, 16, 1, status, oom_phase=phase,
+                           throughput=thr, tight=is_tight)
+
+    finished = {r.key: r for r in (
+        ran(4, 1, OOM, PHASE_JOINT), ran(8, 1, thr=80.0), ran(4, 2, thr=90.0), ran(2, 4, thr=110.0, is_tight=tight),
+        ran(1, 8, OOM, PHASE_ENCODER),
+    )}
+    prop = make_strategy("staircase", cands).propose(finished, ())
+    assert [c.key for c in prop.candidates] == proposed and prop.done == (not proposed)
+    if proposed:  # once (2, 8) ran, roomy or not, nothing is left to try
+        finished["accum2_split8"] = ran(2, 8, thr=100.0)
+        assert make_strategy("staircase", cands).propose(finished, ()) == Proposal([], done=True)
+
+
 def test_waits_rather_than_guessing_while_the_step2_answer_is_in_flight():
     land = LANDSCAPES["typical"]
     strat = make_strategy("staircase", land.candidates())

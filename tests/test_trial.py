@@ -61,6 +61,9 @@ def test_ok_trial_writes_a_complete_record(tmp_path, capsys):
     assert record.throughput == pytest.approx(8 / median(record.step_times_s))
     assert record.throughput_low <= record.throughput <= record.throughput_high
     assert record.peak_mem_gib is not None and record.peak_mem_gib >= 0
+    # On CPU, headroom counts the address-space peak, what the emulated cap counts.
+    assert record.peak_reserved_gib is not None and record.capacity_gib == 2.0
+    assert record.headroom == pytest.approx(1 - record.peak_reserved_gib / 2.0)
     assert record.wall_s > 0 and record.started_at <= record.finished_at
     # Outside a submitit job there is no job log or id; inside one, submitit's JobEnvironment gives them.
     assert (record.log, record.job_id, record.device) == ("", "", "cpu")

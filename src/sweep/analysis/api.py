@@ -31,7 +31,7 @@ this schema, in this column order, whatever the source:
 | tight                           | boolean  | ok, but headroom below trial.memory_margin; <NA> unless it ran    |
 | stopped_early                   | string   | why racing stopped the trial early; <NA> if it ran its course     |
 | headroom                        | float64  | fraction of capacity left at the peak: 1 - peak / capacity        |
-| peak_reserved_gib               | float64  | the CUDA allocator's reserved peak, GiB (built-in workload)       |
+| peak_reserved_gib               | float64  | built-in: CUDA's reserved or the CPU's address-space peak, GiB    |
 | capacity_gib                    | float64  | the device memory the peak is measured against, GiB               |
 
 The throughput columns keep their historical `_samples_per_s` names; their unit is

@@ -91,7 +91,9 @@ class TrialResult:
     throughput_unit: str = "samples/s"  # what the figure counts: samples/s or tokens/s (issue 12)
     steps_measured: int | None = None  # post-warm-up figures the median rests on
     peak_mem_gib: float | None = None  # peak device memory (CPU: resident set above the start-up baseline)
-    peak_reserved_gib: float | None = None  # built-in on CUDA: the allocator's reserved peak, what the card loses
+    # Built-in workload: what the budget counts at the peak, which headroom counts: on CUDA the
+    # allocator's reserved peak (what the card loses), on CPU the address space the emulated cap sees.
+    peak_reserved_gib: float | None = None
     capacity_gib: float | None = None  # the device's usable memory the peak is measured against
     headroom: float | None = None  # fraction of capacity left at the peak: 1 - peak / capacity
     tight: bool = False  # ok, but headroom below trial.memory_margin: may OOM in real training

@@ -229,7 +229,9 @@ class Staircase(_Base):
     activations held through the joint phase grow with the per-device batch,
     so the seed's constant joint batch need not fit any more. Then hill-climb:
     try the leader's neighbours (each walked up in split past OOMs) that no
-    measured pair outranks, until none is left or the budget is spent.
+    measured pair outranks, until none is left or the budget is spent. A tight
+    leader (ok, but below trial.memory_margin) adds its split-doubled neighbour,
+    and only roomy pairs outrank: a tight pair is not what the sweep recommends.
 
     The seed's special case (OOM in step 3: double step 2's accum b and redo
     step 3) needs no code of its own here: its first pair (b, 2) is step 2's
@@ -251,7 +253,9 @@ class Staircase(_Base):
 
     def _plan(self, finished: Mapping[str, TrialResult]) -> list[Candidate]:
         results = list(finished.values())
-        ok = [r for r in results if r.status == OK]
+        # Only a roomy pair outranks: a tight one is not the answer (ranking.recommend), so a pair
+        # no faster than it may still be.
+        ok = [r for r in results if r.status == OK and not r.tight]
         base, pending = self._step2(finished, results)
         if pending:
             return pending
@@ -336,8 +340,13 @@ class Staircase(_Base):
         # Neighbours in (per-device batch, joint batch): p doubled, j doubled; p same, j doubled;
         # p halved, j quadrupled (or split dropped to 1). Walking each up in split past OOMs also
         # reaches p doubled with j the same or smaller. Anything else the leader outranks.
+        neighbours = [(a // 2, s), (a, s // 2), (a * 2, s // 4)]
+        if finished[lead].tight:
+            # The fastest pair is too close to OOM to recommend: the same per-device batch with its
+            # joint run in more chunks needs less memory and may still beat every roomy pair.
+            neighbours.append((a, s * 2))
         out = []
-        for na, ns in [(a // 2, s), (a, s // 2), (a * 2, s // 4)]:
+        for na, ns in neighbours:
             state, c = self._first_runnable(na, ns, finished, results, ok)
             if state == "pending" and c is not None:
                 out.append(c)

@@ -151,6 +151,10 @@ def resident_peak_bytes() -> int:
     return _proc_status_bytes("VmHWM")
 
 
+def address_space_peak_bytes() -> int:
+    return _proc_status_bytes("VmPeak")
+
+
 def reset_resident_peak() -> None:
     # "5" resets VmHWM to the current resident size (Linux >= 4.0).
     Path("/proc/self/clear_refs").write_text("5")
@@ -217,6 +221,7 @@ class PeakMemory:
 
     def __init__(self, device: torch.device) -> None:
         self.device = torch.device(device)
+        self.address_baseline_bytes = 0
         self.rebase()
 
     def _current(self) -> int:
@@ -226,6 +231,8 @@ class PeakMemory:
 
     def rebase(self) -> None:
         self.baseline_bytes = self._current()
+        if self.device.type != "cuda":
+            self.address_baseline_bytes = address_space_bytes()
         self.reset()
 
     def reset(self) -> None:
@@ -242,9 +249,15 @@ class PeakMemory:
         return max(0, peak - self.baseline_bytes)
 
     def reserved_peak_bytes(self) -> int | None:
-        """CUDA: the caching allocator's reserved peak, what the card really loses; None on CPU."""
+        """What the budget counts at the peak: the caching allocator's reserved peak on CUDA (what the
+        card really loses); on CPU, the address-space peak (VmPeak) above the baseline address space,
+        what the emulated cap (RLIMIT_AS) counts. Mapped pages a step never touches are not resident,
+        so the resident peak alone left a pair that OOMs now and then looking roomy.
+
+        VmPeak cannot be reset: it also holds start-up's and the warm-up's peak, so for a small pair
+        this is an upper bound of the steps' own, never an understatement."""
         if self.device.type != "cuda":
-            return None
+            return max(0, address_space_peak_bytes() - self.address_baseline_bytes)
         return torch.cuda.max_memory_reserved(self.device)
 
     def peak_gib(self) -> float:

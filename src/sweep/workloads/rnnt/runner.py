@@ -87,14 +87,16 @@ def _init_distributed(num_devices: int, backend: str) -> tuple[int, int, int]:
 def _record_memory(result: TrialResult, peak: PeakMemory, memory_gib: float, margin: float) -> None:
     """Peak, capacity, headroom and tight of one rank (rank 0's are recorded; ranks train alike).
 
-    CUDA: headroom counts the reserved peak (the allocator keeps what it reserved) against the
-    card, capped at machine.memory_gib; CPU: the resident peak against the emulated budget.
+    Headroom counts what the budget counts: on CUDA the reserved peak (the allocator keeps what it
+    reserved) against the card, capped at machine.memory_gib; on CPU the address-space peak against
+    the emulated budget (its cap is on address space, RLIMIT_AS).
     """
     result.peak_mem_gib = peak.peak_bytes() / GIB
     reserved = peak.reserved_peak_bytes()
     capacity = float(memory_gib)
     if reserved is not None:
         result.peak_reserved_gib = reserved / GIB
+    if peak.device.type == "cuda":
         capacity = min(capacity, torch.cuda.get_device_properties(peak.device).total_memory / GIB)
     result.capacity_gib = capacity
     result.headroom = headroom(result.peak_reserved_gib if reserved is not None else result.peak_mem_gib, capacity)
