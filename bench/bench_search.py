@@ -84,7 +84,7 @@ def as_result(row: dict) -> TrialResult:
     return TrialResult(
         int(row["accum"]), int(row["split"]), int(row["per_device_batch"]), int(row["joint_batch"]),
         int(row["global_batch_size"]), int(row["num_devices"]), row["status"],
-        oom_phase=row["oom_phase"] or None, peak_mem_gib=num("peak_mem_gib"),
+        oom_phase=row["oom_phase"] or None, peak_mem_gib=num("peak_mem_gib"), peak_reserved_gib=num("peak_reserved_gib"),
     )
 
 

@@ -126,10 +126,10 @@ def test_ooms_raise_a_fit_that_predicts_they_fit():
         assert predict_peak(censored, c).peak_gib >= 80.0 - 2 * predict_peak(censored, c).se_gib
 
 
-def result(accum, split, status, peak):
+def result(accum, split, status, peak, reserved=None):
     c = cand(accum, split)
     return TrialResult(accum, split, c.per_device_batch, c.joint_batch, GBS, DEVICES, status,
-                       oom_phase=PHASE_JOINT if status == OOM else None, peak_mem_gib=peak)
+                       oom_phase=PHASE_JOINT if status == OOM else None, peak_mem_gib=peak, peak_reserved_gib=reserved)
 
 
 @pytest.mark.parametrize(
@@ -145,6 +145,20 @@ def result(accum, split, status, peak):
 def test_observations_from_results(status, peak, expected):
     got = observations([result(8, 2, status, peak)], capacity_gib=40.0)
     assert [(o.peak_gib, o.censored) for o in got] == ([] if expected is None else [expected])
+
+
+@pytest.mark.parametrize(
+    "status, peak, reserved, expected",
+    [
+        (OK, 31.0, 36.0, (36.0, False)),  # what runs out is the reserve (CUDA) or address space (CPU)
+        (OK, 31.0, None, (31.0, False)),  # a command trial: only the sampled peak
+        (OOM, 12.0, 44.0, (44.0, True)),
+        (OOM, 12.0, 20.0, (40.0, True)),
+    ],
+)
+def test_observations_count_the_reserved_peak_where_one_was_measured(status, peak, reserved, expected):
+    got = observations([result(8, 2, status, peak, reserved)], capacity_gib=40.0)
+    assert [(o.peak_gib, o.censored) for o in got] == [expected]
 
 
 def test_fit_from_results_end_to_end():

@@ -7,7 +7,8 @@ backward pass), joint_batch the joint network and loss tensors, and the last ter
 the buffers batch splitting adds (none at split=1; the strategies' monotonicity
 rules assume no more than that, so it is an indicator, not a per-chunk cost).
 
-Fitted by least squares on the ok trials. An OOM trial is a censored point: its
+Fitted by least squares on the ok trials' peaks of what meets the capacity (`counted_peak`:
+the reserved peak where one was measured). An OOM trial is a censored point: its
 peak was at least max(capacity, what was measured before it failed). Censored
 points enter by expectation-maximisation (Tobit style): each is imputed as the
 fit's expected peak given that it exceeds its bound, and the fit is redone.
@@ -86,14 +87,21 @@ def features(pair: Pair) -> tuple[float, ...]:
     return (1.0, float(pair.per_device_batch), float(pair.joint_batch), 1.0 if pair.split > 1 else 0.0)
 
 
+def counted_peak(r: TrialResult) -> float | None:
+    """The peak that meets the capacity: the reserved peak where the trial measured one (CUDA's
+    allocator reserve, the CPU's address space: what runs out), else the used peak."""
+    return r.peak_reserved_gib if r.peak_reserved_gib is not None else r.peak_mem_gib
+
+
 def observations(results: Iterable[TrialResult], capacity_gib: float) -> list[MemoryObservation]:
     """Ok trials with a measured peak, and OOM trials as lower bounds at (at least) the capacity."""
     out = []
     for r in results:
-        if r.status == OK and r.peak_mem_gib is not None and r.peak_mem_gib > 0:
-            out.append(MemoryObservation(r.per_device_batch, r.joint_batch, r.split, r.peak_mem_gib, False))
+        peak = counted_peak(r)
+        if r.status == OK and peak is not None and peak > 0:
+            out.append(MemoryObservation(r.per_device_batch, r.joint_batch, r.split, peak, False))
         elif r.status == OOM:
-            bound = max(capacity_gib, r.peak_mem_gib or 0.0)
+            bound = max(capacity_gib, peak or 0.0)
             out.append(MemoryObservation(r.per_device_batch, r.joint_batch, r.split, bound, True))
     return out
 
