@@ -71,16 +71,25 @@ def test_peak_memory_sees_a_touched_tensor_and_resets():
     assert meter.peak_bytes() < 32 * 2**20
 
 
+MAPPED_SCRIPT = r"""
+import json, torch
+from sweep.workloads.rnnt.memory import PeakMemory
+meter = PeakMemory(torch.device("cpu"))
+already = meter.reserved_peak_bytes()  # VmPeak cannot be reset: what start-up left above the baseline
+mapped = torch.empty(already // 4 + 16 * 2**20)  # float32: past that by 64 MiB, never written
+print(json.dumps([already, meter.reserved_peak_bytes(), meter.peak_bytes()]))
+"""
+
+
 def test_the_cpu_reserved_peak_counts_mapped_pages_that_the_resident_peak_misses():
     """The emulated cap counts address space: a tensor allocated but never written costs no resident
-    memory, yet counts against the cap, so it is what headroom must count (as CUDA's reserved peak)."""
-    meter = PeakMemory(torch.device("cpu"))
-    # VmPeak cannot be reset: allocate past whatever peak this process already reached.
-    already = meter.reserved_peak_bytes()
-    mapped = torch.empty(already // 4 + 16 * 2**20)  # float32: `already` bytes plus 64 MiB, untouched
-    assert meter.reserved_peak_bytes() >= already + 60 * 2**20
-    assert meter.peak_bytes() < 16 * 2**20
-    del mapped
+    memory, yet counts against the cap, so it is what headroom must count (as CUDA's reserved peak).
+    In a fresh process, whose address-space peak no earlier test has raised."""
+    proc = subprocess.run([sys.executable, "-c", MAPPED_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    already, reserved, resident = json.loads(proc.stdout)
+    assert reserved >= already + 60 * 2**20
+    assert resident < 16 * 2**20
 
 
 def test_no_budget_is_a_no_op():
