@@ -265,6 +265,29 @@ def test_a_tight_leader_has_its_split_doubled_neighbour_tried(tight, proposed):
         assert make_strategy("staircase", cands).propose(finished, ()) == Proposal([], done=True)
 
 
+class _EveryOkTight:
+    """A landscape whose ok trials all come back tight (a margin no pair meets)."""
+
+    def __init__(self, land: Landscape) -> None:
+        self.land = land
+
+    def __getattr__(self, name):
+        return getattr(self.land, name)
+
+    def trial(self, c, rng):
+        r = self.land.trial(c, rng)
+        return dataclasses.replace(r, tight=True) if r.status == OK else r
+
+
+@pytest.mark.parametrize("name", sorted(LANDSCAPES))
+def test_when_every_ok_pair_is_tight_the_staircase_costs_at_most_two_more_trials(name):
+    """Nothing roomy outranks then, and each tight leader adds a neighbour: the climb still ends."""
+    land = LANDSCAPES[name]
+    roomy = run_sweep(make_strategy("staircase", land.candidates()), land)
+    tight = run_sweep(make_strategy("staircase", land.candidates()), _EveryOkTight(land))
+    assert len(roomy) <= len(tight) <= len(roomy) + 2
+
+
 def test_waits_rather_than_guessing_while_the_step2_answer_is_in_flight():
     land = LANDSCAPES["typical"]
     strat = make_strategy("staircase", land.candidates())
