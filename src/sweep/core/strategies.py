@@ -255,15 +255,15 @@ class Staircase(_Base):
         results = list(finished.values())
         # Only a roomy pair outranks: a tight one is not the answer (ranking.recommend), so a pair
         # no faster than it may still be.
-        ok = [r for r in results if r.status == OK and not r.tight]
+        roomy = [r for r in results if r.status == OK and not r.tight]
         base, pending = self._step2(finished, results)
         if pending:
             return pending
         if base is not None:
-            pending = self._step3(base, finished, results, ok)
+            pending = self._step3(base, finished, results, roomy)
             if pending:
                 return pending
-        return self._refine(finished, results, ok)
+        return self._refine(finished, results, roomy)
 
     def _step2(
         self, finished: Mapping[str, TrialResult], results: list[TrialResult]
@@ -286,13 +286,13 @@ class Staircase(_Base):
         return hi, _bisection_order(unknown)
 
     def _step3(
-        self, base_accum: int, finished: Mapping[str, TrialResult], results: list[TrialResult], ok: list[TrialResult]
+        self, base_accum: int, finished: Mapping[str, TrialResult], results: list[TrialResult], roomy: list[TrialResult]
     ) -> list[Candidate]:
         """Stairs still to run, in order; those after the first are speculative, for free slots."""
         accum, split = base_accum, self.base_split
         pending: list[Candidate] = []
         while accum % 2 == 0:
-            state, c = self._first_runnable(accum // 2, split * 2, finished, results, ok)
+            state, c = self._first_runnable(accum // 2, split * 2, finished, results, roomy)
             if c is None:
                 break
             if state == "pending":
@@ -307,13 +307,13 @@ class Staircase(_Base):
         split: int,
         finished: Mapping[str, TrialResult],
         results: list[TrialResult],
-        ok: list[TrialResult],
+        roomy: list[TrialResult],
     ) -> tuple[str, Candidate | None]:
         """At this accum, the first split >= `split` not known or implied to OOM.
 
         Returns ("ran", c) if that pair already finished (ok or failed),
         ("pending", c) if it is worth running, ("outranked", c) if a measured
-        pair outranks it (and so every bigger split here), ("none", None) if
+        roomy pair outranks it (and so every bigger split here), ("none", None) if
         every split OOMs.
         """
         for s in self.splits_at.get(accum, []):
@@ -324,11 +324,11 @@ class Staircase(_Base):
             if r is not None and r.status != OOM:
                 return "ran", c
             if r is None and not self._ruled_out(c, results):
-                return ("outranked" if any(no_faster_than(c, m) for m in ok) else "pending"), c
+                return ("outranked" if any(no_faster_than(c, m) for m in roomy) else "pending"), c
         return "none", None
 
     def _refine(
-        self, finished: Mapping[str, TrialResult], results: list[TrialResult], ok: list[TrialResult]
+        self, finished: Mapping[str, TrialResult], results: list[TrialResult], roomy: list[TrialResult]
     ) -> list[Candidate]:
         lead = leader_key(finished)
         if lead is None:
@@ -347,7 +347,7 @@ class Staircase(_Base):
             neighbours.append((a, s * 2))
         out = []
         for na, ns in neighbours:
-            state, c = self._first_runnable(na, ns, finished, results, ok)
+            state, c = self._first_runnable(na, ns, finished, results, roomy)
             if state == "pending" and c is not None:
                 out.append(c)
         return out

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from sweep.core.measure import measured_enough_for, progress_record, stop_requested, write_progress
+from sweep.core.memory_model import counted_peak
 from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
@@ -99,7 +100,7 @@ def _record_memory(result: TrialResult, peak: PeakMemory, memory_gib: float, mar
     if peak.device.type == "cuda":
         capacity = min(capacity, torch.cuda.get_device_properties(peak.device).total_memory / GIB)
     result.capacity_gib = capacity
-    result.headroom = headroom(result.peak_reserved_gib if reserved is not None else result.peak_mem_gib, capacity)
+    result.headroom = headroom(counted_peak(result), capacity)
     result.tight = is_tight(result.status == Status.OK, result.headroom, margin)
 
 
