@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 
 import pytest
@@ -31,12 +32,13 @@ def cand(accum: int, split: int):
     return make_candidate(accum, split, GBS, DEVICES)
 
 
-def result(accum: int, split: int, status: str = OK, phase: str | None = None, thr: float | None = None):
-    c = cand(accum, split)
+def result(accum: int, split: int, status: str = OK, phase: str | None = None, thr: float | None = None,
+           gbs: int = GBS, devices: int = DEVICES, tight: bool = False):
+    c = make_candidate(accum, split, gbs, devices)
     if status == OK and thr is None:
         thr = 100.0
     return TrialResult(
-        accum, split, c.per_device_batch, c.joint_batch, GBS, DEVICES, status, oom_phase=phase, throughput=thr
+        accum, split, c.per_device_batch, c.joint_batch, gbs, devices, status, oom_phase=phase, throughput=thr, tight=tight
     )
 
 
@@ -248,14 +250,9 @@ def test_a_tight_leader_has_its_split_doubled_neighbour_tried(tight, proposed):
     Its joint in twice the chunks, (2, 8), needs less memory and may beat every roomy pair; a
     roomy (2, 4) would outrank it, and the staircase would be done."""
     cands = enumerate_candidates(16, 1)
-
-    def ran(accum, split, status=OK, phase=None, thr=None, is_tight=False):
-        c = make_candidate(accum, split, 16, 1)
-        return TrialResult(accum, split, c.per_device_batch, c.joint_batch, 16, 1, status, oom_phase=phase,
-                           throughput=thr, tight=is_tight)
-
+    ran = functools.partial(result, gbs=16, devices=1)
     finished = {r.key: r for r in (
-        ran(4, 1, OOM, PHASE_JOINT), ran(8, 1, thr=80.0), ran(4, 2, thr=90.0), ran(2, 4, thr=110.0, is_tight=tight),
+        ran(4, 1, OOM, PHASE_JOINT), ran(8, 1, thr=80.0), ran(4, 2, thr=90.0), ran(2, 4, thr=110.0, tight=tight),
         ran(1, 8, OOM, PHASE_ENCODER),
     )}
     prop = make_strategy("staircase", cands).propose(finished, ())
