@@ -16,7 +16,7 @@ from sweep.core.ranking import SweepMeta, build_table, table_csv
 from sweep.core.schema import FAILED, OK, OOM, TrialResult
 from sweep.core.space import enumerate_candidates
 from sweep.core.table import render_markdown, render_plain, sweep_table
-from sweep.orchestration.display import format_table
+from sweep.orchestration.display import format_table, landed_line
 
 META = SweepMeta(sweep_id="t", machine="local", workload="command", global_batch_size=16, num_devices=1)
 
@@ -72,6 +72,26 @@ def test_steps_column_shows_steps_measured() -> None:
     table = sweep_table(rows([result(1, 1, steps_measured=37)]))
     (cells,) = [c for r, c in zip(table.rows, table.cells()) if r.status == "ok"]
     assert cells[table.headers.index("steps")] == "37"
+
+
+@pytest.mark.parametrize(
+    "memory, shown",
+    [
+        # The peak that headroom and tight are counted on: the reserved (CUDA) or address-space (CPU) peak.
+        (dict(peak_mem_gib=0.0154, peak_reserved_gib=0.0195, capacity_gib=0.02, headroom=0.025, tight=True), "0.0195"),
+        (dict(peak_mem_gib=0.0154), "0.0154"),  # a trial that measured no reserved peak (command trials)
+        ({}, ""),
+        # A failed row shows how far it got: its address-space peak also holds the uncapped warm-up's.
+        (dict(status=OOM, oom_phase="encoder", peak_mem_gib=0.0097, peak_reserved_gib=0.0232), "0.0097"),
+    ],
+)
+def test_peak_column_shows_the_peak_headroom_counts(memory, shown) -> None:
+    results = [result(1, 1, **memory)]
+    table = sweep_table(rows(results))
+    (cells,) = [c for r, c in zip(table.rows, table.cells()) if (r.accum, r.split) == (1, 1)]
+    assert cells[table.headers.index("peak GiB")] == shown
+    if results[0].status == OK:
+        assert f"peak {shown} GiB" in landed_line(results[0]) if shown else "peak" not in landed_line(results[0])
 
 
 def test_predicted_oom_row_shows_predicted_peak_and_capacity() -> None:

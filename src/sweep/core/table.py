@@ -50,7 +50,11 @@ class Row:
     throughput_unit: str | None = None  # None: not known for this row (a running trial's live figure)
     speedup: float | None = None
     steps_measured: int | None = None
-    peak_mem_gib: float | None = None
+    # An ok row's: the peak that meets the capacity (memory_model.counted_peak: reserved where measured,
+    # else used), so that it and capacity_gib explain `tight`. A failed row's: the used peak it reached
+    # (on CPU an OOM's address-space peak is its uncapped warm-up's, above the cap: no figure of the
+    # failure). A predicted_oom row's: the predicted peak.
+    peak_gib: float | None = None
     capacity_gib: float | None = None
     wall_s: float | None = None
     tight: bool = False
@@ -72,9 +76,9 @@ class Row:
         if self.status in _NOT_NOTED:
             return ""
         first = self.reason.splitlines()[0] if self.reason else ""
-        if self.status == Status.PREDICTED_OOM and self.peak_mem_gib is not None and self.capacity_gib is not None:
+        if self.status == Status.PREDICTED_OOM and self.peak_gib is not None and self.capacity_gib is not None:
             if "GiB" not in first:  # a reason from the memory model already names both
-                peak = f"predicted peak {self.peak_mem_gib:.3g} GiB > capacity {self.capacity_gib:.3g} GiB"
+                peak = f"predicted peak {self.peak_gib:.3g} GiB > capacity {self.capacity_gib:.3g} GiB"
                 first = f"{peak}: {first}" if first else peak
         return first
 
@@ -127,10 +131,12 @@ def _opt(value: Any, kind: type) -> Any:
 def row_from_mapping(r: Mapping[str, Any]) -> Row:
     """A Row from a table dict (build_table) or a load() record; unknown/missing fields take defaults."""
     unit = r.get("throughput_unit")
+    reserved = _opt(r.get("peak_reserved_gib"), float)
+    status = Status(str(r["status"]))
     return Row(
         accum=int(r["accum"]),
         split=int(r["split"]),
-        status=Status(str(r["status"])),
+        status=status,
         rank=_opt(r.get("rank"), int),
         per_device_batch=_opt(r.get("per_device_batch"), int),
         joint_batch=_opt(r.get("joint_batch"), int),
@@ -141,7 +147,7 @@ def row_from_mapping(r: Mapping[str, Any]) -> Row:
         throughput_unit=None if _missing(unit) or not unit else str(unit),
         speedup=_opt(r.get("speedup"), float),
         steps_measured=_opt(r.get("steps_measured"), int),
-        peak_mem_gib=_opt(r.get("peak_mem_gib"), float),
+        peak_gib=reserved if reserved is not None and status == Status.OK else _opt(r.get("peak_mem_gib"), float),
         capacity_gib=_opt(r.get("capacity_gib"), float),
         wall_s=_opt(r.get("wall_s"), float),
         tight=bool(_opt(r.get("tight"), bool) or False),
@@ -210,7 +216,7 @@ def sweep_table(
         Column("95% interval", interval_cell),
         Column("speedup", lambda r: _num(r.speedup, "{:.2f}x")),
         Column("steps", lambda r: _int(r.steps_measured)),
-        Column("peak GiB", lambda r: _num(r.peak_mem_gib, "{:.3g}")),
+        Column("peak GiB", lambda r: _num(r.peak_gib, "{:.3g}")),
         Column("wall s", lambda r: _num(r.wall_s, "{:.1f}")),
     ]
     marks = [m for m in _LEGEND if any(m in r.marks for r in shown)]

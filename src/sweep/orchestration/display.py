@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from sweep.core.memory_model import counted_peak
 from sweep.core.table import SweepTable, render_plain, sweep_table
 
 if TYPE_CHECKING:
@@ -100,7 +101,8 @@ class Display:
 def landed_line(res: TrialResult) -> str:
     head = f"accum={res.accum} split={res.split}: {res.status}"
     if res.status == "ok" and res.throughput:
-        peak = f", peak {res.peak_mem_gib:.3g} GiB" if res.peak_mem_gib is not None else ""
+        counted = counted_peak(res)
+        peak = f", peak {counted:.3g} GiB" if counted is not None else ""
         return f"{head} {res.throughput:.1f} {res.throughput_unit} [{res.throughput_low:.1f}, {res.throughput_high:.1f}]{peak}"
     phase = f" in {res.oom_phase}" if res.oom_phase else ""
     log = f" (log {res.log})" if res.log and res.log not in res.error else ""
