@@ -2,7 +2,7 @@
 
 import pytest
 
-from sweep.core.fingerprint import differences, fingerprint, fingerprint_values
+from sweep.core.fingerprint import differences, fingerprint, fingerprint_values, restoring_overrides
 
 BASE = dict(
     machine={"name": "cpu", "device": "cpu", "num_devices": 1, "nodes": 1, "memory_gib": 0.02, "cpu_threads": None, "description": "x"},
@@ -72,10 +72,32 @@ def test_an_added_or_removed_key_is_named():
     assert differences(values(), new) == ["workload.amp: (unset) -> true"]
 
 
+@pytest.mark.parametrize(
+    "change, restoring",
+    [
+        ({"trial__memory_margin": 0.1}, ["trial.memory_margin=0.05"]),  # a default that changed since
+        ({"global_batch_size": 32}, ["global_batch_size=16"]),
+        ({"num_devices": 2, "machine__num_devices": 2}, ["machine.num_devices=1"]),  # num_devices follows it
+        ({"launcher__cpus_per_task": None}, ["hydra.launcher.cpus_per_task=2"]),
+        ({"machine__cpu_threads": 4}, ["machine.cpu_threads=null"]),
+        ({"machine__name": "my box"}, ["machine.name=cpu"]),
+        ({"trial__memory_margin": 0.1, "trial__seed": 1}, ["trial.memory_margin=0.05", "trial.seed=0"]),
+        ({"machine__memory_gib": 1, "trial__seed": 1, "trial__measure_steps": 4, "global_batch_size": 8}, None),  # too many
+        ({"workload__layers": [1, 2]}, None),  # an added key cannot be unset from the command line
+        ({}, []),
+    ],
+)
+def test_restoring_overrides_give_back_the_old_values(change, restoring):
+    old = values(trial__memory_margin=0.05)
+    new = values(**{"trial__memory_margin": 0.05, **change})
+    assert restoring_overrides(old, new) == restoring
+
+
 # -- wired in: real `python -m sweep` processes with the fast fake command as the workload ---------
 
 import json  # noqa: E402
 import os  # noqa: E402
+import shlex  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -122,7 +144,7 @@ def finished(tmp_path_factory) -> tuple[Path, Path]:
         (["resume=D", "trial.measure_steps=3"], "trial.measure_steps: 8 -> 3"),
         (["resume=D", "hydra.launcher.cpus_per_task=2"], "launcher.cpus_per_task: null -> 2"),
         # Each stored record's `tight` was decided with the sweep's margin (README, "Headroom and tight").
-        (["resume=D", "trial.memory_margin=0.1"], "trial.memory_margin: 0.05 -> 0.1"),
+        (["resume=D", "trial.memory_margin=0.2"], "trial.memory_margin: 0.1 -> 0.2"),
     ],
     ids=["rerun_other_global_batch", "resume_other_machine", "resume_other_trial_setting", "resume_other_launcher_shape",
          "resume_other_memory_margin"],
@@ -138,6 +160,26 @@ def test_a_rerun_with_other_settings_is_refused_naming_what_differs(finished, ar
     assert "choose a new hydra.sweep.dir" in lines[0]
     assert "reusing" not in proc.stdout and proc.stdout == ""
     assert snapshot(d) == before  # nothing written
+
+
+def test_a_dir_swept_before_a_default_changed_is_refused_with_the_command_that_resumes_it(tmp_path):
+    """Such a dir's stored command lacks the setting (it was the default then): the refusal spells its
+    value out, and that command resumes it."""
+    proc = sweep(tmp_path, "hydra.sweep.dir=D", *COMMAND, "global_batch_size=16", "trial.memory_margin=0.05")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    meta_path = tmp_path / "D" / "sweep.json"
+    meta = json.loads(meta_path.read_text())
+    meta["argv"] = [a for a in meta["argv"] if not a.startswith("trial.memory_margin=")]
+    meta_path.write_text(json.dumps(meta))
+
+    refused = sweep(tmp_path, "resume=D")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "trial.memory_margin: 0.05 -> 0.1" in refused.stderr
+    hint = refused.stderr.strip().rsplit("run with that dir's own settings: ", 1)[1].rstrip(")")
+    assert hint == f"python -m sweep resume={tmp_path / 'D'} trial.memory_margin=0.05"
+    resumed = sweep(tmp_path, *shlex.split(hint)[3:])
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "reusing 2 finished trial(s)" in resumed.stdout
 
 
 def test_sweep_json_records_the_fingerprint_and_every_result_carries_it(finished):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sweep.core.config import MachineConfig, TrialConfig, memory_margin
 from sweep.core.ranking import SweepMeta, confidence_view, recommendation, recommendation_line
 from sweep.core.schema import Status, TrialResult
 from sweep.launch.memory import headroom, is_tight
@@ -111,6 +112,40 @@ time.sleep(1.0)
 for epoch in (1, 2, 3):
     print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {200.0 / accum:8.2f} | train_avg_took : 0.16", flush=True)
 """
+
+
+@pytest.mark.parametrize(
+    "device, configured, margin",
+    [
+        ("cpu", None, 0.1),  # the emulated cap's peak understates the uncapped need (core/config.py)
+        ("cuda", None, 0.05),
+        ("cpu", 0.2, 0.2),
+        ("cuda", 0.0, 0.0),  # zero is a setting, not "unset"
+    ],
+)
+def test_the_margin_is_the_trials_own_else_its_devices_default(device, configured, margin) -> None:
+    assert memory_margin(TrialConfig(memory_margin=configured), MachineConfig(device=device)) == margin
+
+
+@pytest.mark.parametrize(
+    "overrides, margin, same_as",
+    [
+        ([], 0.1, ["trial.memory_margin=0.1"]),
+        (["+machine=a100x8"], 0.05, ["+machine=a100x8", "trial.memory_margin=0.05"]),
+        (["trial.memory_margin=0.2"], 0.2, None),
+    ],
+    ids=["cpu_default", "cuda_default", "cpu_configured"],
+)
+def test_the_plan_resolves_the_margin_before_the_fingerprint(tmp_path, overrides, margin, same_as) -> None:
+    """A sweep records the margin it used, and one made with the default keeps the fingerprint of the
+    same margin spelled out: a CUDA sweep dir from before the per-device default still resumes."""
+    from sbatch_golden import compose_plan
+
+    plan = compose_plan(overrides, str(tmp_path / "s"))
+    assert plan.trial.memory_margin == margin
+    assert plan.fingerprint_values["trial"]["memory_margin"] == margin
+    if same_as is not None:
+        assert compose_plan(same_as, str(tmp_path / "s")).fingerprint == plan.fingerprint
 
 
 @pytest.mark.e2e

@@ -38,7 +38,8 @@ class TrialConfig:
     seed: int = 0  # data seed, identical for every candidate
     # Fraction of device capacity an ok pair must leave free at its peak, in [0, 0.5); below it the pair
     # is marked tight and not recommended over a roomier one ("fits in the finder, OOMs in training").
-    memory_margin: float = 0.05
+    # None: MEMORY_MARGIN[machine.device].
+    memory_margin: Optional[float] = None
 
 
 @dataclass
@@ -79,3 +80,18 @@ def run_to_run_noise(machine: Any) -> float:
     """The machine's run-to-run noise: its own setting, else its device's default."""
     configured = machine.run_to_run_noise
     return float(configured) if configured is not None else RUN_TO_RUN_NOISE[machine.device]
+
+
+# trial.memory_margin when unset, by device. cuda: a reserved peak (the caching allocator's own figure)
+# within 5% of the card leaves too little for fragmentation and for the longer batches real training
+# meets. cpu: the emulated budget caps the address space, and under the cap the allocator reuses freed
+# memory, so a trial's capped peak understates its uncapped need by up to about 5%: the built-in
+# workload's accum=2 split=4 peaked at 19.4-20.5 MiB of 20.48 and ran out of memory in 3 of 31 runs,
+# while the next roomiest pair peaked at 16.2 MiB at most (README, "Headroom and tight").
+MEMORY_MARGIN = {"cpu": 0.1, "cuda": 0.05}
+
+
+def memory_margin(trial: Any, machine: Any) -> float:
+    """The headroom below which an ok pair is tight: the trial's own setting, else its device's default."""
+    configured = trial.memory_margin
+    return float(configured) if configured is not None else MEMORY_MARGIN[machine.device]

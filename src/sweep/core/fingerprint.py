@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,17 +54,50 @@ def fingerprint(values: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def differences(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """`key: old -> new` for every leaf that differs, dotted keys, sorted."""
-    out: list[str] = []
+    return [f"{name}: {_show(a)} -> {_show(b)}" for name, a, b in _changed_leaves(old, new)]
+
+
+def restoring_overrides(old: Mapping[str, Any], new: Mapping[str, Any], most: int = 3) -> list[str] | None:
+    """Command-line overrides that give back the old values where they differ (e.g. a default changed
+    since the old sweep ran: `trial.memory_margin=0.05`); None when more than `most` leaves differ or one
+    cannot be spelled as a plain override. num_devices is left out: machine.num_devices sets it."""
+    changed = [(name, a) for name, a, _ in _changed_leaves(old, new) if name != "num_devices"]
+    if len(changed) > most:
+        return None
+    out = []
+    for name, value in changed:
+        spelled = _override_value(value)
+        if spelled is None:
+            return None
+        out.append(f"{'hydra.' if name.startswith('launcher.') else ''}{name}={spelled}")
+    return out
+
+
+def _changed_leaves(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    out: list[tuple[str, Any, Any]] = []
     for key in sorted(set(old) | set(new)):
         name = f"{prefix}{key}"
         a, b = old.get(key, _MISSING), new.get(key, _MISSING)
         if isinstance(a, Mapping) and isinstance(b, Mapping):
-            out += differences(a, b, prefix=f"{name}.")
+            out += _changed_leaves(a, b, prefix=f"{name}.")
         elif _plain(a) != _plain(b):
-            out.append(f"{name}: {_show(a)} -> {_show(b)}")
+            out.append((name, a, b))
     return out
+
+
+def _override_value(value: Any) -> str | None:
+    """A JSON scalar as Hydra reads it back; None for what an override cannot restore (unset, lists, maps)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(_plain(value))
+    if isinstance(value, str):
+        return value if re.fullmatch(r"[A-Za-z0-9_./-]+", value) else "'" + value.replace("'", "\\'") + "'"
+    return None
 
 
 class _Missing:

@@ -12,13 +12,13 @@ import math
 import shlex
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from sweep import workloads
-from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig
-from sweep.core.fingerprint import differences, fingerprint, fingerprint_values
+from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig, memory_margin
+from sweep.core.fingerprint import differences, fingerprint, fingerprint_values, restoring_overrides
 from sweep.core.ranking import SweepMeta
 from sweep.core.schema import now_iso
 from sweep.core.space import Candidate, SpaceError, check_positive_int, enumerate_candidates
@@ -146,6 +146,8 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
 
     _check_machine(machine)
     check_task_layout(launcher, machine.num_devices)  # one task per device, before anything is submitted
+    # Resolved before the fingerprint, so that a sweep records (and a rerun compares) the margin it used.
+    trial = replace(trial, memory_margin=memory_margin(trial, machine))
     _check_trial(trial)
     workload_kind.validate(workload, workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=bool(cfg.dry_run)))
     if not workload_kind.splits_apply(workload):
@@ -269,9 +271,12 @@ def check_same_settings(sweep_dir: Path, values: dict[str, Any]) -> dict[str, An
         order = ("global_batch_size", "num_devices", "machine", "workload", "trial", "launcher")
         changed = sorted(differences(old, values), key=lambda d: next((i for i, k in enumerate(order) if d.startswith(k)), len(order)))
         shown = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
+        # Its own values spelled out, since a default may have changed since it ran (then its stored
+        # command alone no longer gives them back).
+        restore = restoring_overrides(old, values) or []
         raise SweepError(
             f"{sweep_dir} holds a sweep with other settings ({shown}): its results do not apply; "
-            f"choose a new hydra.sweep.dir (or run with that dir's own settings: python -m sweep resume={sweep_dir})"
+            f"choose a new hydra.sweep.dir (or run with that dir's own settings: {shlex.join(['python', '-m', 'sweep', f'resume={sweep_dir}', *restore])})"
         )
     return stored
 
@@ -385,4 +390,4 @@ def _check_trial(trial: TrialConfig) -> None:
         raise SweepError(f"trial.time_limit_s={limit!r} is not valid: expected a positive number of seconds")
     margin = trial.memory_margin
     if not _is_number(margin) or not 0 <= margin < 0.5:
-        raise SweepError(f"trial.memory_margin={margin!r} is not valid: expected a fraction of device memory in [0, 0.5), e.g. 0.05")
+        raise SweepError(f"trial.memory_margin={margin!r} is not valid: expected a fraction of device memory in [0, 0.5), e.g. 0.1, or null for the device's default")

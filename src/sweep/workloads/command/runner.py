@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sweep.core.config import memory_margin
 from sweep.core.measure import PROGRESS_FILE, measured_enough_for, progress_record, stop_requested, write_progress  # noqa: F401 (PROGRESS_FILE: the workload reads it from here)
 from sweep.core.schema import Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
@@ -125,7 +126,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     else:
         verdict = classify_failure(read_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns)
         result = TrialResult(status=verdict.status if verdict.status != Status.OK else Status.FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
-    result.tight = is_tight(result.status == Status.OK, result.headroom, spec.trial.memory_margin)
+    result.tight = is_tight(result.status == Status.OK, result.headroom, memory_margin(spec.trial, spec.machine))
     write_result(result, trial_dir)
     print(f"accum={values['accum']} split={values['split']}: {result.status} {result.error}", flush=True)
     return result

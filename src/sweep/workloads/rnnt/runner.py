@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from sweep.core.config import memory_margin
 from sweep.core.measure import measured_enough_for, progress_record, stop_requested, write_progress
 from sweep.core.memory_model import counted_peak
 from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
@@ -211,13 +212,13 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         if is_oom_error(exc):  # outside a step: no (accum, split) can fix it, so not an "oom" candidate
             result.error = f"out of memory before the first step (the model does not fit): {result.error}"
     if peak is not None:
-        _record_memory(result, peak, machine.memory_gib, float(trial.memory_margin))
+        _record_memory(result, peak, machine.memory_gib, memory_margin(trial, machine))
     result.finished_at = now_iso()
     result.wall_s = startup_s + time.perf_counter() - t_start
     if result.status == Status.OK:
         say(
             f"result ok: {result.throughput:.1f} samples/s (95% {result.throughput_low:.1f}-{result.throughput_high:.1f}), "
-            f"peak {result.peak_mem_gib:.3f} GiB, wall {result.wall_s:.1f} s, {result.steps_measured} timed steps"
+            f"peak {result.peak_mem_gib:.3f} GiB used, {counted_peak(result):.3f} GiB counted, wall {result.wall_s:.1f} s, {result.steps_measured} timed steps"
             + (f"; stopped early: {result.stopped_early}" if result.stopped_early else "")
         )
     else:
