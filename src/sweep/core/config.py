@@ -86,8 +86,8 @@ def run_to_run_noise(machine: Any) -> float:
 # within 5% of the card leaves too little for fragmentation and for the longer batches real training
 # meets. cpu: the emulated budget caps the address space, and under the cap the allocator reuses freed
 # memory, so a trial's capped peak understates its uncapped need by up to about 5%: the built-in
-# workload's accum=2 split=4 peaked at 19.4-20.5 MiB of 20.48 and ran out of memory in 3 of 31 runs,
-# while the next roomiest pair peaked at 16.2 MiB at most (README, "Headroom and tight").
+# workload's accum=2 split=4 peaked at 19.3-20.5 MiB of 20.48 and ran out of memory at a late step in
+# about 1 run in 10, while the next roomiest pair peaked at 16.2 MiB at most (README, "Headroom and tight").
 MEMORY_MARGIN = {"cpu": 0.1, "cuda": 0.05}
 
 
