@@ -82,12 +82,14 @@ def run_to_run_noise(machine: Any) -> float:
     return float(configured) if configured is not None else RUN_TO_RUN_NOISE[machine.device]
 
 
-# trial.memory_margin when unset, by device. cuda: a reserved peak (the caching allocator's own figure)
-# within 5% of the card leaves too little for fragmentation and for the longer batches real training
-# meets. cpu: the emulated budget caps the address space, and under the cap the allocator reuses freed
-# memory, so a trial's capped peak understates its uncapped need by up to about 5%: the built-in
-# workload's accum=2 split=4 peaked at 19.3-20.5 MiB of 20.48 and ran out of memory at a late step in
-# about 1 run in 10, while the next roomiest pair peaked at 16.2 MiB at most (README, "Headroom and tight").
+# trial.memory_margin when unset, by device.
+# cuda: after Lightning's BatchSizeFinder, which takes 5% off the batch it finds since batch sizes that
+# "fit in the finder" crashed once training started (Lightning #21154, margin=0.05); here it is room
+# left at the reserved peak, what the card really loses. Not yet checked on a GPU here.
+# cpu: the emulated budget caps the address space, and under the cap the allocator reuses freed memory,
+# so a trial's capped peak understates its uncapped need by up to about 5%: the built-in workload's
+# accum=2 split=4 peaked at 19.3-20.5 MiB of 20.48 and ran out of memory at a late step in about 1 run
+# in 10, while the next roomiest pair peaked at 16.2 MiB at most (README, "Headroom and tight").
 MEMORY_MARGIN = {"cpu": 0.1, "cuda": 0.05}
 
 
