@@ -343,11 +343,14 @@ def run_to_run(sources: Source | pd.DataFrame | Sequence[Source | pd.DataFrame])
 
     One row per machine, workload, global batch and device count with a pair that ran ok in two
     or more sweeps; `setting` is the override that tells later sweeps there, e.g.
-    `machine.run_to_run_noise=0.05`. Raises LoadError when no pair ran ok twice.
+    `machine.run_to_run_noise=0.05`, never below the floor the confidence score was calibrated
+    with (confidence.TRIAL_FLOOR): an estimate of 0 from a few repeats does not make the score
+    surer than its calibration. Raises LoadError when no pair ran ok twice.
 
     Trials racing stopped early are left out: racing stops a trial because its figure came out
     low, so those figures are selected, and they would widen the spread they are meant to measure.
     """
+    from sweep.core.confidence import TRIAL_FLOOR
     from sweep.core.run_to_run import Repeat, estimate_run_to_run
 
     if isinstance(sources, (str, os.PathLike, pd.DataFrame)):
@@ -366,7 +369,7 @@ def run_to_run(sources: Source | pd.DataFrame | Sequence[Source | pd.DataFrame])
         }
         est = estimate_run_to_run(repeats)
         if est is not None:
-            setting = f"machine.run_to_run_noise={est.noise:.3f}"
+            setting = f"machine.run_to_run_noise={max(est.noise, TRIAL_FLOOR):.3f}"
             rows.append([*key, est.noise, est.spread, est.pairs, est.repeats, est.dof, setting])
     if not rows:
         n = df["sweep_id"].nunique()
