@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sweep.core.fingerprint import hydra_quoted
 from sweep.resources import CONF_DIR, config_options
 
 EXIT_USAGE = 2
@@ -65,11 +66,6 @@ def expand_resume(argv: list[str]) -> list[str]:
 
 def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
-
-
-def hydra_quoted(value: str) -> str:
-    """A value as one quoted Hydra override value: spaces, non-ASCII letters and quotes survive."""
-    return "'" + value.replace("'", "\\'") + "'"  # Hydra reads a backslash as an escape only before a quote
 
 
 HELP = """\

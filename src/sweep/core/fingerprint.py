@@ -96,8 +96,13 @@ def _override_value(value: Any) -> str | None:
     if isinstance(value, (int, float)):
         return repr(_plain(value))
     if isinstance(value, str):
-        return value if re.fullmatch(r"[A-Za-z0-9_./-]+", value) else "'" + value.replace("'", "\\'") + "'"
+        return value if re.fullmatch(r"[A-Za-z0-9_./-]+", value) else hydra_quoted(value)
     return None
+
+
+def hydra_quoted(value: str) -> str:
+    """A value as one quoted Hydra override value: spaces, non-ASCII letters and quotes survive."""
+    return "'" + value.replace("'", "\\'") + "'"  # Hydra reads a backslash as an escape only before a quote
 
 
 class _Missing:
