@@ -42,9 +42,10 @@ from landscapes import LANDSCAPES, Landscape, random_landscape  # noqa: E402
 from landscapes_measure import Measurement, run_measured_sweep  # noqa: E402
 
 from sweep.core.config import MachineConfig  # noqa: E402
+from sweep.core.implications import leader_key  # noqa: E402
 from sweep.core.memory_model import OOM_PROBABILITY, fit_from_results, p_exceeds  # noqa: E402
 from sweep.core.schema import OK, OOM, TrialResult  # noqa: E402
-from sweep.core.strategies import leader_key, make_strategy  # noqa: E402
+from sweep.core.strategies import make_strategy  # noqa: E402
 
 FIT_PROBABILITY = 1 - OOM_PROBABILITY  # p_exceeds at or below this: "predicted fit"
 

@@ -11,19 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from landscapes import LANDSCAPES, ContractError, Landscape, random_landscape, run_sweep
 
+from sweep.core.implications import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
 from sweep.core.scaling import scaling_report
 from sweep.core.schema import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER, TrialResult
 from sweep.core.space import enumerate_candidates, make_candidate
-from sweep.core.strategies import (
-    STRATEGIES,
-    Proposal,
-    fit_implied,
-    leader_key,
-    make_strategy,
-    no_faster_than,
-    oom_implied,
-    rank_order,
-)
+from sweep.core.strategies import STRATEGIES, Proposal, make_strategy
 
 GBS, DEVICES = 1024, 8  # the named landscapes: per-device batch 1..128
 

@@ -18,10 +18,10 @@ import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist, median
 
+from sweep.core.implications import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
 from sweep.core.schema import OK, TrialResult
 from sweep.core.space import Candidate
 from sweep.core.stats import interval_se
-from sweep.core.strategies import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
 
 __all__ = ["confidence_score", "leader_probability", "leader_key", "open_pairs", "rank_order"]
 
