@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from landscapes import LANDSCAPES, ContractError, Landscape, random_landscape, run_sweep
 
-from sweep.core.implications import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
+from sweep.core.implications import fit_implied, leader_key, may_outrun, no_faster_than, oom_implied, rank_order
 from sweep.core.scaling import scaling_report
 from sweep.core.schema import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER, TrialResult
 from sweep.core.space import enumerate_candidates, make_candidate
@@ -120,6 +120,27 @@ def test_fit_implication(ran, other, fits):
 )
 def test_throughput_ordering(c, other, slower):
     assert no_faster_than(cand(*c), cand(*other)) is slower
+
+
+def _measured(thr: float | None, low: float | None = None, high: float | None = None) -> TrialResult:
+    return dataclasses.replace(result(4, 2, thr=thr), throughput=thr, throughput_low=low, throughput_high=high)
+
+
+@pytest.mark.parametrize(
+    "r, other, may",
+    [
+        ((98.8, 92.8, 111.6), (105.3, 97.1, 110.8), True),  # slower median, overlapping intervals
+        ((90.0, 85.0, 95.0), (105.3, 97.1, 110.8), False),  # wholly below
+        ((90.0, 85.0, 97.1), (105.3, 97.1, 110.8), True),  # touching: not clearly slower
+        ((110.0, 100.0, 120.0), (105.3, 97.1, 110.8), True),  # faster
+        ((90.0, None, None), (105.3, 97.1, 110.8), False),  # no interval: its median stands in
+        ((100.0, None, None), (105.3, 97.1, 110.8), True),
+        ((100.0, 95.0, 104.0), (105.3, None, None), False),  # the other's median stands in for its low
+        ((None, None, None), (105.3, 97.1, 110.8), False),  # no figure at all
+    ],
+)
+def test_may_outrun(r, other, may):
+    assert may_outrun(_measured(*r), _measured(*other)) is may
 
 
 @settings(max_examples=25, deadline=None)
@@ -252,6 +273,26 @@ def test_a_tight_leader_has_its_split_doubled_neighbour_tried(tight, proposed):
     if proposed:  # once (2, 8) ran, roomy or not, nothing is left to try
         finished["accum2_split8"] = ran(2, 8, thr=100.0)
         assert make_strategy("staircase", cands).propose(finished, ()) == Proposal([], done=True)
+
+
+@pytest.mark.parametrize("tight_figures, proposed", [((98.8, 92.8, 111.6), ["accum2_split8"]), ((90.0, 85.0, 95.0), [])])
+def test_a_tight_pair_the_roomy_leader_does_not_clearly_outrun_has_its_split_doubled_neighbour_tried(
+    tight_figures, proposed
+):
+    """Seen in a default CPU sweep: the split=1 base (8, 1) drew a fast run and led, roomy, at 105.3
+    [97.1, 110.8]; (2, 4) was tight at 98.8 and the hill climb from (8, 1) never reached (2, 8), which
+    the grid recommended. Noise can reorder overlapping intervals, so (2, 8) is tried; a tight pair
+    wholly below the leader adds nothing."""
+    cands = enumerate_candidates(16, 1)
+    ran = functools.partial(result, gbs=16, devices=1)
+    measured = lambda r, low, high: dataclasses.replace(r, throughput_low=low, throughput_high=high)  # noqa: E731
+    finished = {r.key: r for r in (
+        ran(4, 1, OOM, PHASE_JOINT), measured(ran(8, 1, thr=105.3), 97.1, 110.8),
+        measured(ran(4, 2, thr=93.3), 89.1, 99.2), measured(ran(2, 4, thr=tight_figures[0], tight=True), *tight_figures[1:]),
+        ran(1, 8, OOM, PHASE_ENCODER),
+    )}
+    prop = make_strategy("staircase", cands).propose(finished, ())
+    assert [c.key for c in prop.candidates] == proposed and prop.done == (not proposed)
 
 
 class _EveryOkTight:

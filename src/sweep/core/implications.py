@@ -49,6 +49,14 @@ def leader_key(results: Mapping[str, TrialResult]) -> str | None:
     return order[0] if order else None
 
 
+def may_outrun(r: TrialResult, other: TrialResult) -> bool:
+    """False only when r's 95% throughput interval lies wholly below other's (a median stands in
+    for an interval a result lacks): otherwise noise alone may decide which is faster."""
+    high = r.throughput_high if r.throughput_high is not None else r.throughput
+    low = other.throughput_low if other.throughput_low is not None else other.throughput
+    return high is not None and low is not None and high >= low
+
+
 def oom_implied(c: Candidate, results: Iterable[TrialResult]) -> bool:
     """True when an OOM among `results` implies that `c` runs out of memory too."""
     for r in results:

@@ -15,8 +15,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sweep.core.implications import leader_key, no_faster_than, oom_implied, predicted_ooms
+from sweep.core.implications import leader_key, may_outrun, no_faster_than, oom_implied, predicted_ooms
 from sweep.core.memory_model import PeakPrediction
+from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, OOM, TrialResult
 from sweep.core.space import Candidate
 
@@ -147,8 +148,10 @@ class Staircase(_Base):
     so the seed's constant joint batch need not fit any more. Then hill-climb:
     try the leader's neighbours (each walked up in split past OOMs) that no
     measured pair outranks, until none is left or the budget is spent. A tight
-    leader (ok, but below trial.memory_margin) adds its split-doubled neighbour,
-    and only roomy pairs outrank: a tight pair is not what the sweep recommends.
+    pair (ok, but below trial.memory_margin) that may be the fastest (the leader,
+    or one the best roomy pair does not clearly outrun) adds its split-doubled
+    neighbour, and only roomy pairs outrank: a tight pair is not what the sweep
+    recommends.
 
     The seed's special case (OOM in step 3: double step 2's accum b and redo
     step 3) needs no code of its own here: its first pair (b, 2) is step 2's
@@ -258,10 +261,17 @@ class Staircase(_Base):
         # p halved, j quadrupled (or split dropped to 1). Walking each up in split past OOMs also
         # reaches p doubled with j the same or smaller. Anything else the leader outranks.
         neighbours = [(a // 2, s), (a, s // 2), (a * 2, s // 4)]
-        if finished[lead].tight:
-            # The fastest pair is too close to OOM to recommend: the same per-device batch with its
-            # joint run in more chunks needs less memory and may still beat every roomy pair.
-            neighbours.append((a, s * 2))
+        # A tight pair is too close to OOM to recommend, but the same per-device batch with its joint
+        # run in more chunks needs less memory and may still beat every roomy pair: so for any tight
+        # pair the best roomy pair does not clearly outrun (run-to-run noise reorders pairs whose
+        # intervals overlap), or, with nothing roomy yet, for the leader alone.
+        ranked = ranked_ok(finished)
+        best_roomy = next((r for r in ranked if not r.tight), None)
+        neighbours += [
+            (r.accum, r.split * 2)
+            for r in ranked
+            if r.tight and (may_outrun(r, best_roomy) if best_roomy is not None else r.key == lead)
+        ]
         out = []
         for na, ns in neighbours:
             state, c = self._first_runnable(na, ns, finished, results, roomy)
