@@ -2,7 +2,8 @@
 
     python bench/bench_search.py [--sim-only] [EXTRA OVERRIDES...]
 
-1. Built-in CPU workload (real trials): the default sweep twice, `search=grid` then the default
+1. Built-in CPU workload (real trials): the default sweep three times, `search=grid` with fixed
+   steps and no racing (what the grid cost before them), `search=grid`, then the default
    `search=staircase`, each a real `python -m sweep`. Prints trial seconds (sum of every trial's
    wall time), trials, the staircase's share of the grid's (target <= 0.25), whether its pick (the
    recommendation: the fastest pair not tight) equals the grid's or lies within its interval,
@@ -41,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from landscapes import LANDSCAPES, Landscape, random_landscape  # noqa: E402
 from landscapes_measure import Measurement, run_measured_sweep  # noqa: E402
 
-from sweep.core.config import MachineConfig  # noqa: E402
+from sweep.core.config import MachineConfig, TrialConfig  # noqa: E402
 from sweep.core.implications import leader_key  # noqa: E402
 from sweep.core.memory_model import OOM_PROBABILITY, fit_from_results, p_exceeds  # noqa: E402
 from sweep.core.schema import OK, OOM, TrialResult  # noqa: E402
@@ -53,8 +54,8 @@ FIT_PROBABILITY = 1 - OOM_PROBABILITY  # p_exceeds at or below this: "predicted 
 # --- 1. the built-in CPU workload ---------------------------------------------------------------
 
 
-def run(search: str, root: Path, extra: list[str]) -> dict:
-    sweep_dir = root / search
+def run(search: str, root: Path, extra: list[str], name: str | None = None) -> dict:
+    sweep_dir = root / (name or search)
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "sweep", f"search={search}", f"hydra.sweep.dir={sweep_dir}", "live=false", *extra],
@@ -100,6 +101,11 @@ def warm_up() -> float:
 def cpu_workload(extra: list[str]) -> tuple[bool, list[tuple[str, str, bool]]]:
     warm_s = warm_up()
     with tempfile.TemporaryDirectory() as tmp:
+        # What the grid cost before adaptive measurement and racing: every pair timed for exactly
+        # trial.measure_steps steps.
+        measure_steps = next((a.split("=", 1)[1] for a in reversed(extra) if a.startswith("trial.measure_steps=")),
+                             TrialConfig().measure_steps)
+        fixed = run("grid", Path(tmp), [*extra, "search.racing=false", f"trial.max_measure_steps={measure_steps}"], "grid_fixed")
         grid = run("grid", Path(tmp), extra)
         stair = run("staircase", Path(tmp), extra)
     share = stair["trial_s"] / grid["trial_s"]
@@ -108,11 +114,15 @@ def cpu_workload(extra: list[str]) -> tuple[bool, list[tuple[str, str, bool]]]:
     lo, hi = float(g_pick["throughput_low_samples_per_s"]), float(g_pick["throughput_high_samples_per_s"])
     same = stair["pick"] == grid["pick"] or (s_in_grid["status"] == "ok" and lo <= float(s_in_grid["throughput_samples_per_s"]) <= hi)
     print(f"== built-in CPU workload (real trials; warm-up import {warm_s:.1f} s first, so neither sweep pays a cold cache) ==")
-    print(f"{'':12}{'trials':>8}{'trial s':>10}{'wall s':>9}{'first rec s':>13}{'orch. CPU':>11}{'launch gap':>12}  recommended (accum, split)")
-    for name, r in (("grid", grid), ("staircase", stair)):
+    print(f"{'':18}{'trials':>8}{'trial s':>10}{'wall s':>9}{'first rec s':>13}{'orch. CPU':>11}{'launch gap':>12}  recommended (accum, split)")
+    for name, r in (("grid, fixed steps", fixed), ("grid", grid), ("staircase", stair)):
         gap = max(0.0, r["wall_s"] - r["trial_s"]) / r["wall_s"]
-        print(f"{name:12}{r['trials']:>8}{r['trial_s']:>10.1f}{r['wall_s']:>9.1f}{r['first_rec_s']:>13.1f}{r['orchestrator_share']:>10.1%}{gap:>11.1%}  {r['pick']}")
+        print(f"{name:18}{r['trials']:>8}{r['trial_s']:>10.1f}{r['wall_s']:>9.1f}{r['first_rec_s']:>13.1f}{r['orchestrator_share']:>10.1%}{gap:>11.1%}  {r['pick']}")
     print(f"staircase / grid trial seconds: {share:.2f} (target <= 0.25)")
+    steps = lambda r: sum(int(x["steps_measured"] or 0) for x in r["rows"].values() if x["status"] == OK)  # noqa: E731
+    print(f"staircase / grid with fixed steps, no racing: {stair['trial_s'] / fixed['trial_s']:.2f}; timed steps of the "
+          f"pairs that fit: grid {steps(grid)}, fixed-step grid {steps(fixed)} (adaptive measurement stops at "
+          f"trial.target_precision or trial.max_measure_steps)")
     # The same pairs at the grid's prices: its accum-ascending order meets a strong leader early and
     # racing stops most other pairs that fit, so this is about the least any order of them costs.
     ran_both = [k for k, r in stair["rows"].items() if r["wall_s"] and grid["rows"][k]["wall_s"]]
