@@ -135,6 +135,9 @@ def cpu_workload(extra: list[str]) -> tuple[bool, list[tuple[str, str, bool]]]:
     fit_floor = sum(float(grid["rows"][k]["wall_s"]) for k in fitted)
     print(f"its {len(fitted)} pairs that fit alone, at the grid's prices: {fit_floor:.1f} s, {fit_floor / grid['trial_s']:.2f} of the grid")
     print(f"same answer: {same} (staircase {stair['pick']}, grid {grid['pick']} [{lo:.1f}, {hi:.1f}] samples/s)")
+    if not same:  # how each sweep measured both picks: noise, or a pair one sweep never ran?
+        for name, r in (("staircase", stair), ("grid", grid)):
+            print(f"  {name} measured: " + "; ".join(_figure(k, r["rows"].get(k)) for k in (stair["pick"], grid["pick"])))
     print(f"orchestrator overhead (staircase): {stair['orchestrator_share']:.1%} of wall time (target < 5%)")
     # The memory model, fitted on what the staircase measured, asked about every pair the grid ran.
     capacity = next((float(a.split("=", 1)[1]) for a in extra if a.startswith("machine.memory_gib=")), MachineConfig().memory_gib)
@@ -145,6 +148,16 @@ def cpu_workload(extra: list[str]) -> tuple[bool, list[tuple[str, str, bool]]]:
             verdicts.append((_verdict(p_exceeds(fit, as_result(row), capacity)), row["status"], False))
     ok = share <= 0.25 and same and stair["orchestrator_share"] < 0.05
     return ok, verdicts
+
+
+def _figure(key: tuple[str, str], row: dict | None) -> str:
+    if row is None or not row["wall_s"]:
+        return f"{key} not run"
+    if row["status"] != OK:
+        return f"{key} {row['status']}"
+    tight = ", tight" if row.get("tight") == "True" else ""
+    return (f"{key} {float(row['throughput_samples_per_s']):.1f} [{float(row['throughput_low_samples_per_s']):.1f}, "
+            f"{float(row['throughput_high_samples_per_s']):.1f}]{tight}")
 
 
 # --- 2. simulated landscapes --------------------------------------------------------------------
