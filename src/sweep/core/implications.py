@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from sweep.core.measure import cannot_win
 from sweep.core.memory_model import PeakPrediction, fit_from_results, predicted_oom
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, OOM, PHASE_ENCODER, TrialResult
@@ -50,11 +51,17 @@ def leader_key(results: Mapping[str, TrialResult]) -> str | None:
 
 
 def may_outrun(r: TrialResult, other: TrialResult) -> bool:
-    """False only when r's 95% throughput interval lies wholly below other's (a median stands in
-    for an interval a result lacks): otherwise noise alone may decide which is faster."""
-    high = r.throughput_high if r.throughput_high is not None else r.throughput
-    low = other.throughput_low if other.throughput_low is not None else other.throughput
-    return high is not None and low is not None and high >= low
+    """False only when racing's rule says r cannot beat other (core/measure.cannot_win: r's 95%
+    interval wholly below other's, both from enough timed steps); a result without an interval is
+    never ruled slower."""
+    if None in (r.throughput_low, r.throughput_high, other.throughput_low, other.throughput_high):
+        return True
+    return not cannot_win(
+        (float(r.throughput_low), float(r.throughput_high)),
+        (float(other.throughput_low), float(other.throughput_high)),
+        candidate_steps=len(r.step_times_s),
+        leader_steps=len(other.step_times_s),
+    )
 
 
 def oom_implied(c: Candidate, results: Iterable[TrialResult]) -> bool:

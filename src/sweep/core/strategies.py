@@ -149,7 +149,7 @@ class Staircase(_Base):
     try the leader's neighbours (each walked up in split past OOMs) that no
     measured pair outranks, until none is left or the budget is spent. A tight
     pair (ok, but below trial.memory_margin) that may be the fastest (the leader,
-    or one the best roomy pair does not clearly outrun) adds its split-doubled
+    or one racing would not stop against the best roomy pair) adds its split-doubled
     neighbour, and only roomy pairs outrank: a tight pair is not what the sweep
     recommends.
 
@@ -263,8 +263,8 @@ class Staircase(_Base):
         neighbours = [(a // 2, s), (a, s // 2), (a * 2, s // 4)]
         # A tight pair is too close to OOM to recommend, but the same per-device batch with its joint
         # run in more chunks needs less memory and may still beat every roomy pair: so for any tight
-        # pair the best roomy pair does not clearly outrun (run-to-run noise reorders pairs whose
-        # intervals overlap), or, with nothing roomy yet, for the leader alone.
+        # pair that racing would not stop against the best roomy pair (run-to-run noise reorders
+        # pairs whose intervals overlap), or, with nothing roomy yet, for the leader alone.
         ranked = ranked_ok(finished)
         best_roomy = next((r for r in ranked if not r.tight), None)
         neighbours += [
