@@ -90,7 +90,12 @@ def features(pair: Pair) -> tuple[float, ...]:
 def counted_peak(r: TrialResult) -> float | None:
     """The peak that meets the capacity: the reserved peak where the trial measured one (CUDA's
     allocator reserve, the CPU's address space: what runs out), else the used peak."""
-    return r.peak_reserved_gib if r.peak_reserved_gib is not None else r.peak_mem_gib
+    return counted_peak_of(r.peak_mem_gib, r.peak_reserved_gib)
+
+
+def counted_peak_of(used_gib: float | None, reserved_gib: float | None) -> float | None:
+    """counted_peak from the two figures alone, for records that are not a TrialResult (table rows)."""
+    return reserved_gib if reserved_gib is not None else used_gib
 
 
 def observations(results: Iterable[TrialResult], capacity_gib: float) -> list[MemoryObservation]:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sweep.core.memory_model import counted_peak_of
 from sweep.core.schema import Status
 
 DEFAULT_UNIT = "samples/s"
@@ -131,7 +132,7 @@ def _opt(value: Any, kind: type) -> Any:
 def row_from_mapping(r: Mapping[str, Any]) -> Row:
     """A Row from a table dict (build_table) or a load() record; unknown/missing fields take defaults."""
     unit = r.get("throughput_unit")
-    reserved = _opt(r.get("peak_reserved_gib"), float)
+    used = _opt(r.get("peak_mem_gib"), float)
     status = Status(str(r["status"]))
     return Row(
         accum=int(r["accum"]),
@@ -147,7 +148,7 @@ def row_from_mapping(r: Mapping[str, Any]) -> Row:
         throughput_unit=None if _missing(unit) or not unit else str(unit),
         speedup=_opt(r.get("speedup"), float),
         steps_measured=_opt(r.get("steps_measured"), int),
-        peak_gib=reserved if reserved is not None and status == Status.OK else _opt(r.get("peak_mem_gib"), float),
+        peak_gib=counted_peak_of(used, _opt(r.get("peak_reserved_gib"), float)) if status == Status.OK else used,
         capacity_gib=_opt(r.get("capacity_gib"), float),
         wall_s=_opt(r.get("wall_s"), float),
         tight=bool(_opt(r.get("tight"), bool) or False),
