@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sweep.core.implications import leader_key, may_outrun, no_faster_than, oom_implied, predicted_ooms
+from sweep.core.implications import may_outrun, no_faster_than, oom_implied, predicted_ooms
 from sweep.core.memory_model import PeakPrediction
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, OOM, TrialResult
@@ -250,13 +250,14 @@ class Staircase(_Base):
     def _refine(
         self, finished: Mapping[str, TrialResult], results: list[TrialResult], roomy: list[TrialResult]
     ) -> list[Candidate]:
-        lead = leader_key(finished)
-        if lead is None:
+        ranked = ranked_ok(finished)
+        if not ranked:
             # Nothing ran ok (e.g. every trial at the smallest split failed): try what
             # is left, least memory first, until something runs.
             rest = [c for c in self.candidates if c.key not in finished and not self._ruled_out(c, results)]
             return sorted(rest, key=lambda c: (c.per_device_batch, c.joint_batch))
-        a, s = finished[lead].accum, finished[lead].split
+        lead = ranked[0]
+        a, s = lead.accum, lead.split
         # Neighbours in (per-device batch, joint batch): p doubled, j doubled; p same, j doubled;
         # p halved, j quadrupled (or split dropped to 1). Walking each up in split past OOMs also
         # reaches p doubled with j the same or smaller. Anything else the leader outranks.
@@ -265,12 +266,11 @@ class Staircase(_Base):
         # run in more chunks needs less memory and may still beat every roomy pair: so for any tight
         # pair that racing would not stop against the best roomy pair (run-to-run noise reorders
         # pairs whose intervals overlap), or, with nothing roomy yet, for the leader alone.
-        ranked = ranked_ok(finished)
         best_roomy = next((r for r in ranked if not r.tight), None)
         neighbours += [
             (r.accum, r.split * 2)
             for r in ranked
-            if r.tight and (may_outrun(r, best_roomy) if best_roomy is not None else r.key == lead)
+            if r.tight and (may_outrun(r, best_roomy) if best_roomy is not None else r is lead)
         ]
         out = []
         for na, ns in neighbours:
