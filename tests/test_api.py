@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from sweep.analysis import api
-from sweep.analysis.api import LoadError, compare, load
+from sweep.analysis.api import LoadError, load
+from sweep.analysis.compare import COMPARE_COLUMNS, compare
 from sweep.core.ranking import TABLE_COLUMNS, SweepMeta, build_table, recommendation, table_csv
 from sweep.core.schema import ALL_STATUSES, FAILED, OK, OOM, OOM_PHASES, TrialResult, trial_dir, write_result
 from sweep.core.space import enumerate_candidates
@@ -254,7 +255,7 @@ def test_compare_overlapping_sweeps(outputs: Path) -> None:
     a = make_sweep(outputs, "a", accums=(2, 4, 8), splits=(1, 2, 4))
     b = make_sweep(outputs, "b", machine="dgx-h100", accums=(4, 8, 16), splits=(1, 2, 4), scale=1.5)
     cmp = compare([a, b])
-    assert list(cmp.columns) == api.COMPARE_COLUMNS
+    assert list(cmp.columns) == COMPARE_COLUMNS
     assert len(cmp) == 4 * 3 * 2  # union of accum {2,4,8,16} x split {1,2,4}, once per sweep
     assert cmp["sweep_order"].tolist()[:2] == [0, 1]
     assert str(cmp["status"].dtype) == "category" and str(cmp["within_noise"].dtype) == "boolean"
@@ -302,7 +303,7 @@ def test_compare_a_glob_and_needs_two_sweeps(outputs: Path) -> None:
 
 # -- import weight ------------------------------------------------------------------------------------
 def test_api_and_report_do_not_import_matplotlib() -> None:
-    code = "import sys, sweep.analysis.api, sweep.analysis.report, sweep.analysis.export; print('matplotlib' in sys.modules)"
+    code = "import sys, sweep.analysis.api, sweep.analysis.compare, sweep.analysis.report, sweep.analysis.export; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "MPLBACKEND": ""})
     assert out.stdout.strip() == "False"

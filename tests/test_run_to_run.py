@@ -10,7 +10,8 @@ import pytest
 from test_api import make_sweep
 
 import sweep
-from sweep.analysis.api import RUN_TO_RUN_COLUMNS, LoadError
+from sweep.analysis.api import LoadError
+from sweep.analysis.compare import RUN_TO_RUN_COLUMNS
 from sweep.core.confidence import TRIAL_FLOOR, confidence_score, leader_probability
 from sweep.core.config import MachineConfig, run_to_run_noise
 from sweep.core.run_to_run import Repeat, RunToRun, estimate_run_to_run, within_se

@@ -16,8 +16,12 @@ __all__ = ["load", "compare", "run_to_run", "__version__"]
 
 def __getattr__(name: str) -> Any:
     # pandas is imported only when the API is used, so `python -m sweep` starts fast.
-    if name in ("load", "compare", "run_to_run"):
+    if name == "load":
         from sweep.analysis import api
 
-        return getattr(api, name)
+        return api.load
+    if name in ("compare", "run_to_run"):
+        from sweep.analysis import compare
+
+        return getattr(compare, name)
     raise AttributeError(f"module 'sweep' has no attribute {name!r}")

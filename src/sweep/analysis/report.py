@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from sweep.analysis import api, export
+from sweep.analysis import api, compare, export
 from sweep.core.ranking import recommendation_line
 from sweep.core.schema import Status, atomic_write_text
 from sweep.core.table import (
@@ -257,7 +257,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.compare:
         others = [sweep_dir(d) for d in args.compare]
-        cmp = api.compare([directory, *others])
+        cmp = compare.compare([directory, *others])
         metas = {}
         for d in [directory, *others]:
             meta = api.read_meta(d)
