@@ -16,10 +16,19 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT
+from sweep.workloads.rnnt import model as rnnt_model
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 from sweep.workloads.rnnt.data import encoder_frames, length_spec, parameter_count, size_summary, step_lengths
 from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator
-from sweep.workloads.rnnt.model import RNNT, RNNTWorkload, SyntheticData, autocast_dtype, rnnt_loss, rnnt_loss_bruteforce
+from sweep.workloads.rnnt.model import (
+    RNNT,
+    RNNTWorkload,
+    SyntheticData,
+    autocast_dtype,
+    cpu_bf16_supported,
+    rnnt_loss,
+    rnnt_loss_bruteforce,
+)
 
 CPU = torch.device("cpu")
 
@@ -337,8 +346,16 @@ def test_varied_training_steps_run_from_the_max_length_step():
     [("fp32", "cpu", None), ("auto", "cpu", None), ("auto", "cuda", torch.float16), ("fp16", "cuda", torch.float16),
      ("fp32", "cuda", None), ("bf16", "cpu", torch.bfloat16), ("fp16", "cpu", torch.float16)],
 )
-def test_precision_picks_autocast_only_where_asked_or_on_cuda(precision, device, dtype):
+def test_precision_picks_autocast_only_where_asked_or_on_cuda(precision, device, dtype, monkeypatch):
+    monkeypatch.setattr(rnnt_model, "cpu_bf16_supported", lambda: True)  # the choice, on any CPU
     assert autocast_dtype(precision, torch.device(device)) is dtype
+
+
+def test_bf16_on_a_cpu_without_bf16_kernels_names_the_value_and_the_fix(monkeypatch):
+    # An AVX2-only CPU: oneDNN's LSTM would fail later with "could not create a primitive descriptor".
+    monkeypatch.setattr(rnnt_model, "cpu_bf16_supported", lambda: False)
+    with pytest.raises(ValueError, match=r"workload.precision=bf16 needs a CPU .*; use fp32"):
+        autocast_dtype("bf16", CPU)
 
 
 def test_bad_precision_and_lengths_name_the_value():
@@ -348,6 +365,7 @@ def test_bad_precision_and_lengths_name_the_value():
         length_spec(replace(TINY, lengths="uniform"))
 
 
+@pytest.mark.skipif(not cpu_bf16_supported(), reason="this CPU's oneDNN has no bfloat16 kernels (e.g. AVX2 only)")
 def test_bf16_autocast_step_on_cpu_when_asked():
     w = RNNTWorkload(replace(VARIED, precision="bf16"), CPU)
     assert w.amp_dtype is torch.bfloat16 and w.scaler is None

@@ -143,6 +143,13 @@ class SyntheticData:
         return feats, self.labels[rows, :U], enc_lens, torch.tensor(tokens)
 
 
+def cpu_bf16_supported() -> bool:
+    """Whether oneDNN has bfloat16 kernels on this CPU: without them (an AVX2-only CPU) the LSTM
+    under bf16 autocast fails with "could not create a primitive descriptor"."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(check()) if check is not None else True
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for workload.precision on this device; None for fp32."""
     device = torch.device(device)
@@ -153,6 +160,11 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "bf16":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ValueError(f"workload.precision=bf16 is not supported by {torch.cuda.get_device_name(device)}: use fp16 or fp32")
+        if device.type == "cpu" and not cpu_bf16_supported():
+            raise ValueError(
+                f"workload.precision=bf16 needs a CPU whose oneDNN has bfloat16 kernels (AVX-512 BF16 or AMX; this one "
+                f"has {torch.backends.cpu.get_cpu_capability()}): its LSTM cannot run in bf16 here; use fp32"
+            )
         return torch.bfloat16
     raise ValueError(f"workload.precision={precision!r} is not valid: expected fp32, auto, fp16 or bf16")
 
