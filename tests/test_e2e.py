@@ -1,6 +1,7 @@
 """End to end: `python -m sweep` through the real submitit local executor."""
 
 import csv
+import json
 
 import pytest
 import yaml
@@ -47,6 +48,10 @@ def test_tiny_sweep_runs_every_pair_and_ranks_them(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "reusing 4 finished trial(s)" in again.stdout
     assert "started accum=" not in again.stdout
+    # Start-up (imports, Hydra's composition, the plan) is counted apart from the loop's CPU: a rerun
+    # that launches nothing spends almost all of its CPU before the loop.
+    meta = json.loads((sweep_dir / "sweep.json").read_text())
+    assert 0 <= meta["orchestrator_cpu_s"] < meta["startup_cpu_s"]
 
 
 def test_dry_run_prints_candidates_for_a_gpu_machine_without_launching(tmp_path):

@@ -231,7 +231,9 @@ def stored_meta(sweep_dir: Path) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def sweep_record(plan: SweepPlan, *, state: str, launcher: str, argv: Sequence[str], orchestrator_cpu_s: float, wall_s: float) -> dict[str, Any]:
+def sweep_record(
+    plan: SweepPlan, *, state: str, launcher: str, argv: Sequence[str], orchestrator_cpu_s: float, startup_cpu_s: float, wall_s: float
+) -> dict[str, Any]:
     """What sweep.json holds: the sweep's identity and settings, its state, and what resume replays."""
     meta = plan.meta
     return {
@@ -249,8 +251,10 @@ def sweep_record(plan: SweepPlan, *, state: str, launcher: str, argv: Sequence[s
         "started_at": plan.started_at,
         "finished_at": now_iso() if state != "running" else None,
         "state": state,
-        # The orchestrator's own work (its process's CPU time, trials excluded) against wall time.
+        # The orchestrator's own work while the sweep ran (its process's CPU time, trials excluded) against
+        # the sweep's wall time; start-up (imports, Hydra's composition, the plan) is counted apart.
         "orchestrator_cpu_s": round(orchestrator_cpu_s, 3),
+        "startup_cpu_s": round(startup_cpu_s, 3),
         "wall_s": round(wall_s, 3),
         # What every trial's measurement depends on: a rerun with other values is refused.
         "fingerprint": plan.fingerprint,
