@@ -93,6 +93,16 @@ def test_restoring_overrides_give_back_the_old_values(change, restoring):
     assert restoring_overrides(old, new) == restoring
 
 
+def test_without_a_limit_every_changed_value_is_given_back():
+    # A dir run with its own command, after several defaults changed (as the CPU demo's did at once).
+    old = values(trial__memory_margin=0.05)
+    new = values(machine__memory_gib=1, trial__seed=1, trial__measure_steps=4, global_batch_size=8)
+    assert restoring_overrides(old, new) is None
+    assert restoring_overrides(old, new, most=None) == [
+        "global_batch_size=16", "machine.memory_gib=0.02", "trial.measure_steps=8", "trial.memory_margin=0.05", "trial.seed=0",
+    ]
+
+
 # -- wired in: real `python -m sweep` processes with the fast fake command as the workload ---------
 
 import json  # noqa: E402
@@ -177,6 +187,32 @@ def test_a_dir_swept_before_a_default_changed_is_refused_with_the_command_that_r
     assert "trial.memory_margin: 0.05 -> 0.1" in refused.stderr
     hint = refused.stderr.strip().rsplit("run with that dir's own settings: ", 1)[1].rstrip(")")
     assert hint == f"python -m sweep resume={tmp_path / 'D'} trial.memory_margin=0.05"
+    resumed = sweep(tmp_path, *shlex.split(hint)[3:])
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "reusing 2 finished trial(s)" in resumed.stdout
+
+
+def test_a_dir_swept_before_many_defaults_changed_is_refused_with_every_value_spelled_out(tmp_path):
+    """More than three settings differ, all of them defaults that changed (the dir's own command, run
+    again): the refusal spells every one out, and that command resumes it."""
+    old_defaults = ["global_batch_size=16", "trial.memory_margin=0.05", "trial.seed=3", "trial.warmup_steps=1", "machine.memory_gib=0.5"]
+    proc = sweep(tmp_path, "hydra.sweep.dir=D", *COMMAND, *old_defaults)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    meta_path = tmp_path / "D" / "sweep.json"
+    meta = json.loads(meta_path.read_text())
+    meta["argv"] = [a for a in meta["argv"] if a not in old_defaults]
+    meta_path.write_text(json.dumps(meta))
+
+    refused = sweep(tmp_path, "resume=D")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "and 2 more" in refused.stderr
+    hint = refused.stderr.strip().rsplit("run with that dir's own settings: ", 1)[1].rstrip(")")
+    assert hint == (f"python -m sweep resume={tmp_path / 'D'} global_batch_size=16 machine.memory_gib=0.5 "
+                    "trial.memory_margin=0.05 trial.seed=3 trial.warmup_steps=1")
+    # With arguments of its own, the user changed the sweep on purpose: past three differences, the hint
+    # is the dir's own command alone.
+    other = sweep(tmp_path, "resume=D", "trial.measure_steps=3")
+    assert other.returncode == 2 and other.stderr.rstrip().endswith(f"python -m sweep resume={tmp_path / 'D'})"), other.stderr
     resumed = sweep(tmp_path, *shlex.split(hint)[3:])
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "reusing 2 finished trial(s)" in resumed.stdout

@@ -59,12 +59,12 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return [f"{name}: {_show(a)} -> {_show(b)}" for name, a, b in _changed_leaves(old, new)]
 
 
-def restoring_overrides(old: Mapping[str, Any], new: Mapping[str, Any], most: int = 3) -> list[str] | None:
+def restoring_overrides(old: Mapping[str, Any], new: Mapping[str, Any], most: int | None = 3) -> list[str] | None:
     """Command-line overrides that give back the old values where they differ (e.g. a default changed
-    since the old sweep ran: `trial.memory_margin=0.05`); None when more than `most` leaves differ or one
-    cannot be spelled as a plain override. num_devices is left out: machine.num_devices sets it."""
+    since the old sweep ran: `trial.memory_margin=0.05`); None when more than `most` leaves differ (None:
+    no limit) or one cannot be spelled as a plain override. num_devices is left out: machine.num_devices sets it."""
     changed = [(name, a) for name, a, _ in _changed_leaves(old, new) if name != "num_devices"]
-    if len(changed) > most:
+    if most is not None and len(changed) > most:
         return None
     out = []
     for name, value in changed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -276,13 +277,23 @@ def check_same_settings(sweep_dir: Path, values: dict[str, Any]) -> dict[str, An
         changed = sorted(differences(old, values), key=lambda d: next((i for i, k in enumerate(order) if d.startswith(k)), len(order)))
         shown = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
         # Its own values spelled out, since a default may have changed since it ran (then its stored
-        # command alone no longer gives them back).
-        restore = restoring_overrides(old, values) or []
+        # command alone no longer gives them back). Run with the dir's own command, every difference is
+        # a changed default, so all of them are; with other arguments, only a few (beyond that the
+        # user changed the sweep on purpose, and resume=DIR alone gives the dir's own command back).
+        same_command = _command_of(stored.get("argv")) == _command_of(sys.argv[1:])
+        restore = restoring_overrides(old, values, most=None if same_command else 3) or []
         raise SweepError(
             f"{sweep_dir} holds a sweep with other settings ({shown}): its results do not apply; "
             f"choose a new hydra.sweep.dir (or run with that dir's own settings: {shlex.join(['python', '-m', 'sweep', f'resume={sweep_dir}', *restore])})"
         )
     return stored
+
+
+def _command_of(argv: Any) -> list[str] | None:
+    """A command line without where it writes (hydra.sweep.dir=, resume=): what it sweeps, and how."""
+    if not isinstance(argv, list):
+        return None
+    return [str(a) for a in argv if not str(a).startswith(("hydra.sweep.dir=", "resume="))]
 
 
 def new_sweep_id(sweep_dir: Path) -> str:
