@@ -17,7 +17,7 @@ from landscapes import (
 )
 
 from sweep.core.confidence import GAIN_FLOOR, GAIN_FULL, confidence_score, leader_key, leader_probability, open_pairs, rank_order
-from sweep.core.schema import FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
+from sweep.core.schema import CANCELLED, FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
 from sweep.core.space import Candidate, enumerate_candidates, make_candidate
 from sweep.core.stats import throughput_summary
 from sweep.core.strategies import make_strategy
@@ -125,6 +125,16 @@ def test_failed_trials_count_as_infeasible_not_as_open():
 def test_in_flight_pairs_count_as_untried():
     results = by_key(ok(8, 1, 1500), oom(4, 1))
     assert "accum4_split2" in {c.key for c, _ in open_pairs(ALL, results)}
+
+
+def test_a_cancelled_pair_counts_as_untried():
+    # Interrupted, not measured: the score is the one it had while the pair was in flight (before, an
+    # interrupt raised the demo's score from 27 to 55 as it cancelled the pair that could beat the leader).
+    c = make_candidate(4, 2, GBS, DEVICES)
+    cancelled = TrialResult(4, 2, c.per_device_batch, c.joint_batch, GBS, DEVICES, CANCELLED, error="cancelled by the sweep")
+    running = by_key(ok(8, 1, 1500), oom(4, 1))
+    assert "accum4_split2" in {k.key for k, _ in open_pairs(ALL, {**running, cancelled.key: cancelled})}
+    assert confidence_score(ALL, {**running, cancelled.key: cancelled}) == confidence_score(ALL, running)
 
 
 # Leader (8, 1): p=16, j=16. Untried (4, 1): p=32, j=32, one doubling further in both. Pairs behind the leader,

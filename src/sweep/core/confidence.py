@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from statistics import NormalDist, median
 
 from sweep.core.implications import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
-from sweep.core.schema import OK, TrialResult
+from sweep.core.schema import CANCELLED, OK, TrialResult
 from sweep.core.space import Candidate
 from sweep.core.stats import interval_se
 
@@ -153,6 +153,7 @@ def open_pairs(
     predicted_oom: Mapping[str, float] | None = None,
 ) -> list[tuple[Candidate, float]]:
     """Untried pairs that could still beat the leader, each with its prior q (empty with no leader).
+    A failed or timed-out pair is infeasible here; a cancelled one was never measured, so it is untried.
 
     predicted_oom: {key: p_exceeds} of pairs skipped on the memory model's prediction. They are
     not proven OOM: the model's 1 - p_exceeds replaces the generic FIT_UNKNOWN as their chance to fit.
@@ -168,7 +169,9 @@ def open_pairs(
              for r in ok if r.key != lead_key and r.throughput and lead.throughput]
     out = []
     for c in candidates:
-        if not c.valid or c.key in results or oom_implied(c, finished):
+        # A cancelled trial was interrupted, not measured (a resumed sweep runs it again): still open.
+        tried = c.key in results and results[c.key].status != CANCELLED
+        if not c.valid or tried or oom_implied(c, finished):
             continue
         if any(no_faster_than(c, r) for r in ok):
             continue  # no faster than a measured pair, which P_measured already covers
