@@ -9,8 +9,8 @@
    recommendation: the fastest pair not tight) equals the grid's or lies within its interval,
    seconds to the first recommendation, and the orchestrator's CPU share of wall time (target
    < 5%); and the staircase's own pairs at the grid's prices, about the least any order of those
-   trials costs, and the pairs no search can skip and still give the grid's answer at those
-   prices (a lower bound on any search's share). The fixed-step grid's answer is judged by the same
+   trials costs, and what a search that rules pairs out only by measuring them pays for the grid's
+   answer at those prices (the share the throughput ordering saves). The fixed-step grid's answer is judged by the same
    rule, for how often two grids agree on this box. Then the memory model against the grid's
    outcomes: fitted on the staircase's trials, and each pair fitted on all the grid's others.
 2. Simulated 8-GPU landscapes (tests/landscapes.py): "typical", whose best pair lies off the
@@ -136,8 +136,8 @@ def cpu_workload(extra: list[str]) -> tuple[bool, list[tuple[str, str, bool]]]:
           f"{floor:.1f} s, {floor / grid['trial_s']:.2f} of the grid")
     needed = pairs_the_answer_needs(grid["rows"], grid["pick"], grid["baseline"])
     least = sum(float(grid["rows"][k]["wall_s"]) for k in needed)
-    print(f"the least any search pays for the grid's answer (the pick, its baseline, and every pair that may beat it: "
-          f"{', '.join(f'({a}, {b})' for a, b in needed)}; no OOM boundary tried), at the grid's prices: "
+    print(f"without the throughput ordering, the grid's answer needs the pick, its baseline, and every pair racing cannot "
+          f"rule slower: {', '.join(f'({a}, {b})' for a, b in needed)}; no OOM boundary tried; at the grid's prices: "
           f"{least:.1f} s, {least / grid['trial_s']:.2f} of the grid")
     print(f"same answer: {same} (staircase {stair['pick']}, grid {grid['pick']} [{lo:.1f}, {hi:.1f}] samples/s)")
     if not same:  # how each sweep measured both picks: noise, or a pair one sweep never ran?
@@ -175,11 +175,12 @@ def leave_one_out(rows: dict, capacity: float) -> list[tuple[str, str, bool]]:
 
 
 def pairs_the_answer_needs(rows: dict, pick: tuple[str, str], baseline: tuple[str, str] | None) -> list[tuple[str, str]]:
-    """The pairs no search can leave unmeasured and still give `pick` as its answer on this evidence:
-    the pick, the baseline its speedup is quoted against, and every pair that ran ok and that
-    racing's rule (core/measure.cannot_win) does not rule slower than the pick. That includes a
-    faster tight pair: only running it shows it is tight. OOM pairs are left out, although a search
-    must find the boundary somehow, so this is a lower bound."""
+    """The pairs a search that rules pairs out only by measuring them cannot leave unmeasured and still
+    give `pick` as its answer on this evidence: the pick, the baseline its speedup is quoted against,
+    and every pair that ran ok and that racing's rule (core/measure.cannot_win) does not rule slower
+    than the pick. That includes a faster tight pair: only running it shows it is tight. OOM pairs
+    are left out, although a search must find the boundary somehow. The staircase also rules pairs
+    out by the throughput ordering (core/implications.no_faster_than), so it may pay less."""
     p = rows[pick]
     p_interval = (float(p["throughput_low_samples_per_s"]), float(p["throughput_high_samples_per_s"]))
     needed = [pick] + ([baseline] if baseline and baseline != pick else [])

@@ -1,5 +1,5 @@
-"""bench/bench_search.py's rules: the pairs no search can skip and still give the grid's answer, "same answer",
-and the memory model asked about each pair the grid ran with that pair left out of its fit."""
+"""bench/bench_search.py's rules: the pairs a search without the throughput ordering must measure for the
+grid's answer, "same answer", and the memory model asked about each pair the grid ran with that pair left out."""
 
 import sys
 from pathlib import Path

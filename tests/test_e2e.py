@@ -69,3 +69,19 @@ def test_gpu_machine_with_no_visible_gpu_fails_in_one_line(tmp_path):
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "machine=a100x8 needs 8 CUDA device(s) but this host has 0" in proc.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_the_cpu_demo_runs_out_of_memory_where_the_readme_says(tmp_path):
+    """The default workload and budget (python -m sweep with no arguments), on the pairs its staircase
+    meets: no per-device batch of 64 fits (encoder), 32 samples fit with the joint in two chunks of 16
+    but not in one of 32, and the answer, accum=4 split=2, is roomy under the default margin."""
+    sweep_dir = tmp_path / "demo"
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", "search=grid", "accum=2,4,8", "split=1,2",
+                      "trial.measure_steps=6", "trial.max_measure_steps=6"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "global_batch_size=128" in proc.stdout
+    rows = {(int(r["accum"]), int(r["split"])): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+    outcome = {pair: (r["status"], r["oom_phase"]) for pair, r in rows.items()}
+    assert outcome == {(2, 1): ("oom", "encoder"), (2, 2): ("oom", "encoder"), (4, 1): ("oom", "joint"),
+                       (4, 2): ("ok", ""), (8, 1): ("ok", ""), (8, 2): ("ok", "")}
+    assert rows[(4, 2)]["tight"] == "False" and float(rows[(4, 2)]["headroom"]) > 0.1

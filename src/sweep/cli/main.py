@@ -78,7 +78,7 @@ as results, and recommends the fastest pair that fits, with a confidence score. 
 the sweep dir as they finish (trials.csv, recommendation.yaml); an interrupted sweep resumes.
 
 Main options (KEY=VALUE; a sweep value is a,b,c):
-  global_batch_size=N       samples per optimizer step over all devices (default 16)
+  global_batch_size=N       samples per optimizer step over all devices (default 128)
   accum=1,2,4 split=1,2,4   candidates to try (default: every valid power of two)
   +machine=NAME             a machine profile: {machine}
   workload=NAME             what a trial trains: {workload}

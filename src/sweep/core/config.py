@@ -16,7 +16,7 @@ class MachineConfig:
     device: str = "cpu"  # "cpu" or "cuda": what each trial trains on
     num_devices: int = 1  # devices per trial in all (data-parallel ranks)
     nodes: int = 1  # hosts per trial; num_devices is split evenly across them
-    memory_gib: float = 0.02  # device memory per device; on CPU the emulated budget each rank may allocate
+    memory_gib: float = 0.018  # device memory per device; on CPU the emulated budget each rank may allocate
     cpu_threads: Optional[int] = None  # torch intra-op threads per rank; None: torch's default
     description: str = ""  # one line for humans, e.g. "8 x A100 80GB SXM"
     # Run-to-run noise: the relative sd of one pair's throughput between fresh trial processes here,
@@ -56,7 +56,9 @@ class SearchConfig:
 
 @dataclass
 class SweepConfig:
-    global_batch_size: int = 16  # samples per optimizer step over all devices (1024 for RNN-T)
+    # Samples per optimizer step over all devices. 1024 for RNN-T on 8 devices (the GPU profiles);
+    # 128 on one device is one rank's share of that, so the CPU demo searches the same 35 pairs.
+    global_batch_size: int = 128
     accum: Any = None  # grad_accumulation_batches to try; None: every valid power of two
     split: Any = None  # batch_split_factor to try; None: powers of two up to the per-device batch
     machine: MachineConfig = field(default_factory=MachineConfig)

@@ -20,7 +20,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 
     p = argparse.ArgumentParser(prog="python -m sweep.workloads.rnnt.train", description=__doc__.splitlines()[0])
-    p.add_argument("--global_batch_size", type=int, default=32)
+    p.add_argument("--global_batch_size", type=int, default=128)
     p.add_argument("--grad_accumulation_batches", type=int, default=1)
     p.add_argument("--batch_split_factor", type=int, default=1)
     p.add_argument("--epochs", type=int, default=3, help="epoch 1 includes warm-up; compare epoch 2 on")
