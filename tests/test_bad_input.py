@@ -141,6 +141,11 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("search_is_a_schema", cmd("search=search_schema"), ["search=search_schema is not a valid search", "grid, powers, staircase"]),
     ("machine_is_a_schema", cmd("+machine=machine_schema"), ["machine=machine_schema is not a valid machine", "cpu2"]),
     ("workload_is_a_schema", ["workload=rnnt_schema"], ["workload=rnnt_schema is not a valid workload", "command, rnnt"]),
+    # -- the built-in workload's values its types let through (every trial would fail with them)
+    ("rnnt_unknown_precision", ["workload.precision=fp8"], ["workload.precision='fp8'", "fp32, auto, fp16, bf16"]),
+    ("rnnt_unknown_lengths", ["workload.lengths=uniform"], ["workload.lengths='uniform'", "fixed, lognormal"]),
+    ("rnnt_durations_reversed", ["workload.lengths=lognormal", "workload.min_duration_s=5", "workload.max_duration_s=1"],
+     ["min_duration_s (5.0) < max_duration_s (1.0)"]),
     ("parser_skip_first_negative_default_parser", cmd("+workload.parser.skip_first=-1"), ["parser.skip_first=-1", "whole number >= 0"]),
     ("parser_skip_first_text", cmd("+workload.parser.skip_first=two"), ["parser.skip_first='two'", "whole number >= 0"]),
     ("parser_stop_after_zero", cmd("+workload.parser.stop_after=0"), ["parser.stop_after=0", "whole number >= 1"]),

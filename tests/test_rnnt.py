@@ -15,7 +15,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from sweep import workloads
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT
+from sweep.errors import SweepError
+from sweep.workloads.base import CheckContext
 from sweep.workloads.rnnt import model as rnnt_model
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 from sweep.workloads.rnnt.data import encoder_frames, length_spec, parameter_count, size_summary, step_lengths
@@ -356,6 +359,14 @@ def test_bf16_on_a_cpu_without_bf16_kernels_names_the_value_and_the_fix(monkeypa
     monkeypatch.setattr(rnnt_model, "cpu_bf16_supported", lambda: False)
     with pytest.raises(ValueError, match=r"workload.precision=bf16 needs a CPU .*; use fp32"):
         autocast_dtype("bf16", CPU)
+    # Checked before anything launches where the trials run on this host's CPU; elsewhere the trial's own
+    # host decides (a Slurm node, a GPU), and its failure names the same fix.
+    rnnt_workload = workloads.get("rnnt")
+    bf16 = replace(TINY, precision="bf16")
+    with pytest.raises(SweepError, match=r"workload.precision=bf16 needs a CPU"):
+        rnnt_workload.validate(bf16, CheckContext(local_launch=True, device="cpu"))
+    rnnt_workload.validate(bf16, CheckContext(local_launch=False, device="cpu"))
+    rnnt_workload.validate(bf16, CheckContext(local_launch=True, device="cuda"))
 
 
 def test_bad_precision_and_lengths_name_the_value():

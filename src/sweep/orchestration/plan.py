@@ -150,7 +150,8 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     # Resolved before the fingerprint, so that a sweep records (and a rerun compares) the margin it used.
     trial = replace(trial, memory_margin=memory_margin(trial, machine))
     _check_trial(trial)
-    workload_kind.validate(workload, workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=bool(cfg.dry_run)))
+    context = workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=bool(cfg.dry_run), device=str(machine.device))
+    workload_kind.validate(workload, context)
     if not workload_kind.splits_apply(workload):
         # The script has no batch_split_factor: the space is accum alone.
         if any(v != 1 for v in swept.get("split", [])) or _plain(cfg.split) not in (None, 1, [1]):

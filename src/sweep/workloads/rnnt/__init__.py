@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sweep.workloads.base import CheckContext, Workload
-from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+from sweep.workloads.rnnt.config import PRECISIONS, RNNTWorkloadConfig
 
 if TYPE_CHECKING:
     from sweep.core.schema import TrialResult
@@ -13,7 +13,27 @@ if TYPE_CHECKING:
 
 
 def _validate(config: Any, context: CheckContext) -> None:
-    """Its typed schema already checks every field; nothing more can be checked before a trial runs."""
+    """The values its schema's types let through that no trial could run with: the precision and length
+    settings (pure checks); and bf16 on a local CPU without bfloat16 kernels (torch, only for that case:
+    elsewhere the trial's host decides, and its failure names the same fix)."""
+    from sweep.errors import SweepError
+    from sweep.workloads.rnnt.data import length_spec
+
+    if config.precision not in PRECISIONS:
+        raise SweepError(f"workload.precision={config.precision!r} is not valid: expected one of {', '.join(PRECISIONS)}")
+    try:
+        length_spec(config)
+    except ValueError as exc:
+        raise SweepError(str(exc)) from None
+    if config.precision == "bf16" and context.local_launch and context.device == "cpu":
+        import torch
+
+        from sweep.workloads.rnnt.model import autocast_dtype
+
+        try:
+            autocast_dtype("bf16", torch.device("cpu"))
+        except ValueError as exc:
+            raise SweepError(str(exc)) from None
 
 
 def _run(spec: TrialSpec) -> TrialResult:

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# workload.precision's values (what each means: RNNTWorkloadConfig.precision).
+PRECISIONS = ("fp32", "auto", "fp16", "bf16")
+
 
 @dataclass
 class RNNTWorkloadConfig:

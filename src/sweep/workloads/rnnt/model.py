@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER
+from sweep.workloads.rnnt.config import PRECISIONS
 from sweep.workloads.rnnt.data import encoder_frames, length_spec, step_lengths
 from sweep.workloads.rnnt.loss import BLANK, rnnt_loss, rnnt_loss_bruteforce  # noqa: F401 - model's public names
 from sweep.workloads.rnnt.memory import DeviceOOM, drop_exception, free_device_memory, is_oom_error, oom_summary
@@ -166,7 +167,7 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
                 f"has {torch.backends.cpu.get_cpu_capability()}): its LSTM cannot run in bf16 here; use fp32"
             )
         return torch.bfloat16
-    raise ValueError(f"workload.precision={precision!r} is not valid: expected fp32, auto, fp16 or bf16")
+    raise ValueError(f"workload.precision={precision!r} is not valid: expected one of {', '.join(PRECISIONS)}")
 
 
 # ---------------------------------------------------------------- workload
