@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sweep.errors import SweepError
 from sweep.workloads.base import CheckContext, Workload
-from sweep.workloads.rnnt.config import PRECISIONS, RNNTWorkloadConfig
+from sweep.workloads.rnnt.config import RNNTWorkloadConfig, check_precision
 
 if TYPE_CHECKING:
     from sweep.core.schema import TrialResult
@@ -16,12 +17,10 @@ def _validate(config: Any, context: CheckContext) -> None:
     """The values its schema's types let through that no trial could run with: the precision and length
     settings (pure checks); and bf16 on a local CPU without bfloat16 kernels (torch, only for that case:
     elsewhere the trial's host decides, and its failure names the same fix)."""
-    from sweep.errors import SweepError
-    from sweep.workloads.rnnt.data import length_spec
+    from sweep.workloads.rnnt.data import length_spec  # pure, like check_precision: no torch here
 
-    if config.precision not in PRECISIONS:
-        raise SweepError(f"workload.precision={config.precision!r} is not valid: expected one of {', '.join(PRECISIONS)}")
     try:
+        check_precision(config.precision)
         length_spec(config)
     except ValueError as exc:
         raise SweepError(str(exc)) from None

@@ -21,6 +21,12 @@ from dataclasses import dataclass
 PRECISIONS = ("fp32", "auto", "fp16", "bf16")
 
 
+def check_precision(precision: str) -> None:
+    """Raises ValueError naming a workload.precision outside PRECISIONS (before launch and in the trial)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"workload.precision={precision!r} is not valid: expected one of {', '.join(PRECISIONS)}")
+
+
 @dataclass
 class RNNTWorkloadConfig:
     name: str = "rnnt"  # the built-in PyTorch RNN-T training step

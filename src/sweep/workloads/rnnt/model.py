@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER
-from sweep.workloads.rnnt.config import PRECISIONS
+from sweep.workloads.rnnt.config import check_precision
 from sweep.workloads.rnnt.data import encoder_frames, length_spec, step_lengths
 from sweep.workloads.rnnt.loss import BLANK, rnnt_loss, rnnt_loss_bruteforce  # noqa: F401 - model's public names
 from sweep.workloads.rnnt.memory import DeviceOOM, drop_exception, free_device_memory, is_oom_error, oom_summary
@@ -153,21 +153,20 @@ def cpu_bf16_supported() -> bool:
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for workload.precision on this device; None for fp32."""
+    check_precision(precision)
     device = torch.device(device)
     if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
         return None
     if precision in ("auto", "fp16"):
         return torch.float16
-    if precision == "bf16":
-        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise ValueError(f"workload.precision=bf16 is not supported by {torch.cuda.get_device_name(device)}: use fp16 or fp32")
-        if device.type == "cpu" and not cpu_bf16_supported():
-            raise ValueError(
-                f"workload.precision=bf16 needs a CPU whose oneDNN has bfloat16 kernels (AVX-512 BF16 or AMX; this one "
-                f"has {torch.backends.cpu.get_cpu_capability()}): its LSTM cannot run in bf16 here; use fp32"
-            )
-        return torch.bfloat16
-    raise ValueError(f"workload.precision={precision!r} is not valid: expected one of {', '.join(PRECISIONS)}")
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"workload.precision=bf16 is not supported by {torch.cuda.get_device_name(device)}: use fp16 or fp32")
+    if device.type == "cpu" and not cpu_bf16_supported():
+        raise ValueError(
+            f"workload.precision=bf16 needs a CPU whose oneDNN has bfloat16 kernels (AVX-512 BF16 or AMX; this one "
+            f"has {torch.backends.cpu.get_cpu_capability()}): its LSTM cannot run in bf16 here; use fp32"
+        )
+    return torch.bfloat16
 
 
 # ---------------------------------------------------------------- workload
