@@ -102,7 +102,7 @@ def warm_up() -> float:
     return time.monotonic() - t0
 
 
-def cpu_workload(extra: list[str]) -> tuple[bool, list[tuple[str, str, bool]]]:
+def cpu_workload(extra: list[str]) -> tuple[bool, list[tuple[str, str, bool]], list[tuple[str, str, bool]]]:
     warm_s = warm_up()
     with tempfile.TemporaryDirectory() as tmp:
         # What the grid cost before adaptive measurement and racing: every pair timed for exactly
