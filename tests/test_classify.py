@@ -313,6 +313,74 @@ def test_evidence_does_not_override_a_python_error() -> None:
     assert (got.status, got.reason) == ("failed", "KeyError: 'audio'")
 
 
+# issue 30: the exception that ended the process decides, not the first OOM-looking line.
+CAUGHT_OOM_THEN_MISSING_FILE = PROGRESS + "WARNING: CUDA out of memory at batch 256; retrying with 128\n" + traceback(
+    *OUTER, (TRAIN, 60, "load_manifest", "with open(path) as f:"),
+    error="FileNotFoundError: [Errno 2] No such file or directory: '/data/dev.json'",
+)
+OOM_TRACEBACK_THEN_MISSING_FILE = JOINT_OOM + "retrying the step on the CPU\n" + traceback(
+    *OUTER, (TRAIN, 60, "load_manifest", "with open(path) as f:"),
+    error="FileNotFoundError: [Errno 2] No such file or directory: '/data/dev.json'",
+)
+OOM_RERAISED_FROM = JOINT_OOM + "\nThe above exception was the direct cause of the following exception:\n\n" + traceback(
+    *OUTER, error="RuntimeError: training step 17 failed",
+)
+OOM_THEN_HANDLER_FAILED = JOINT_OOM + "\nDuring handling of the above exception, another exception occurred:\n\n" + traceback(
+    *OUTER, (TRAIN, 70, "save_checkpoint", "torch.save(state, path)"),
+    error="OSError: [Errno 28] No space left on device",
+)
+# The block torch prints by default when NCCL cannot allocate (torch >= 2.2 prefixes each rank's lines).
+NCCL_CUDA_FAILURE_2 = "".join(
+    f"[rank0]: {line}\n"
+    for line in traceback(
+        (TRAIN, 150, "train_step", "dist.all_reduce(grads)"),
+        (f"{SITE}/torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
+        (f"{SITE}/torch/distributed/distributed_c10d.py", 2501, "all_reduce", "work = group.allreduce([tensor], opts)"),
+        error="torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:"
+        "317, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 2 'out of memory'",
+    ).splitlines()
+)
+RANK1_OOM_THEN_OTHERS_FAIL = (
+    "".join(f"[rank1]: {line}\n" for line in JOINT_OOM.splitlines())
+    + "".join(f"[rank0]: {line}\n" for line in traceback(
+        *OUTER, (f"{SITE}/torch/distributed/distributed_c10d.py", 2288, "all_reduce", "work = group.allreduce([t])"),
+        error="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+        "[10.0.0.2]:43211",
+    ).splitlines())
+    + "".join(f"[rank2]: {line}\n" for line in traceback(
+        *OUTER, error="torch.distributed.elastic.multiprocessing.api.SignalException: Process 1236 got signal: 15",
+    ).splitlines())
+    + traceback(
+        (f"{SITE}/torch/distributed/launcher/api.py", 263, "launch_agent", "raise ChildFailedError("),
+        error="torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    )
+    + "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 1235)\n"
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+)
+RANK1_OOM_RANK0_OWN_ERROR = (
+    "".join(f"[rank1]: {line}\n" for line in "WARNING: CUDA out of memory; skipping batch 12\n".splitlines())
+    + "".join(f"[rank0]: {line}\n" for line in GENERIC_CRASH.splitlines())
+)
+
+ENDING_CASES = [
+    ("caught-oom-then-missing-file", CAUGHT_OOM_THEN_MISSING_FILE, "failed", None, "FileNotFoundError"),
+    ("oom-traceback-then-missing-file", OOM_TRACEBACK_THEN_MISSING_FILE, "failed", None, "FileNotFoundError"),
+    ("oom-reraised-from", OOM_RERAISED_FROM, "oom", "joint", "torch.OutOfMemoryError"),
+    ("oom-then-handler-failed", OOM_THEN_HANDLER_FAILED, "oom", "joint", "torch.OutOfMemoryError"),
+    ("nccl-cuda-failure-2", NCCL_CUDA_FAILURE_2, "oom", "optimizer", "rank 0: Cuda failure 2 'out of memory'"),
+    ("rank1-oom-others-fail-after", RANK1_OOM_THEN_OTHERS_FAIL, "oom", "joint", "rank 1: torch.OutOfMemoryError"),
+    ("rank1-caught-oom-rank0-own-error", RANK1_OOM_RANK0_OWN_ERROR, "failed", None, "rank 0: KeyError: 'audio'"),
+]
+
+
+@pytest.mark.parametrize("tail,status,phase,reason", [c[1:] for c in ENDING_CASES], ids=[c[0] for c in ENDING_CASES])
+def test_the_exception_that_ended_the_process_decides(tail: str, status: str, phase: str | None, reason: str) -> None:
+    got = classify_failure(tail, 1)
+    assert (got.status, got.oom_phase) == (status, phase), got.reason
+    assert reason in got.reason
+
+
 def test_long_reasons_are_cut_to_one_line() -> None:
     got = classify_failure(JOINT_OOM, 1)
     assert len(TORCH_OOM) > MAX_REASON_CHARS

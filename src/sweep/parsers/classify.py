@@ -163,6 +163,18 @@ _KILLED = re.compile(
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*_?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b(?::.*)?$")
 # Launchers' exceptions that only say a child failed; the child's own error says why.
 _WRAPPER = re.compile(r"ChildFailedError|CalledProcessError|ProcessRaisedException|ProcessExitedException")
+# What follows an OOM because of it: the ranks that did not run out fail in their next
+# collective (NCCL, gloo, the c10d store, the watchdog), torchrun stops the rest with a
+# signal, a launcher reports its child, DataLoader workers lose their parent.
+_CONSEQUENCE = re.compile(
+    r"DistBackendError|DistNetworkError|DistStoreError|NCCL (?:error|communicator)|\bnccl\w*Error"
+    r"|Watchdog caught collective|ProcessGroup(?:NCCL|Gloo)|\bgloo\b|\[c10d\]"
+    r"|Connection (?:closed|reset) by peer|ConnectionResetError|BrokenPipeError|SignalException"
+)
+_CHAINED = re.compile(
+    r"^(?:The above exception was the direct cause of the following exception"
+    r"|During handling of the above exception, another exception occurred):"
+)
 _STOPPED = re.compile(r"^(?:[\w.]+\.)?(?:KeyboardInterrupt|SignalException)\b")
 _ERRORISH = re.compile(
     r"error|fatal|NCCL WARN|segmentation fault|terminate called|what\(\)|abort|core dumped|killed", re.IGNORECASE
@@ -198,9 +210,11 @@ def classify_failure(
         return Classification(OK, None, "")
     log = _Log(log_tail)
 
-    # An OOM anywhere in the tail is the root cause even when a later error is
-    # not: ranks that did not run out of memory then fail in a collective.
-    hit = log.first(_DEVICE_OOM)
+    # The exception that ended the process decides, so an OOM counts only when nothing
+    # independent of it was raised later: an OOM the script caught and lived past is not
+    # why it died. What an OOM causes does not count against it: the other ranks failing
+    # in their next collective, the launcher's report, an exception chained to it.
+    hit = next((line for line in log.lines if _DEVICE_OOM.search(line.text) and log.ended_by(line)), None)
     if hit is not None:
         return Classification(OOM, _phase(log.frames_before(hit), patterns), log.reason(hit))
     hit = log.last(_HOST_OOM)
@@ -267,6 +281,7 @@ class _Line:
     text: str
     rank: int | None
     pos: int  # index within its rank's stream
+    index: int  # index within the whole log
 
 
 class _Log:
@@ -282,7 +297,7 @@ class _Log:
         for raw in _SPLIT.split(text):
             rank, line = clean_line(raw)
             stream = self.streams.setdefault(rank, [])
-            entry = _Line(line.rstrip(), rank, len(stream))
+            entry = _Line(line.rstrip(), rank, len(stream), len(self.lines))
             stream.append(entry)
             self.lines.append(entry)
 
@@ -297,6 +312,33 @@ class _Log:
         found = [line for line in self.lines if _EXCEPTION.match(line.text)]
         causes = [line for line in found if not _WRAPPER.search(line.text)]
         return (causes or found or [None])[-1]
+
+    def ended_by(self, hit: _Line) -> bool:
+        """True when no exception independent of `hit` comes after it.
+
+        Independent: not an OOM itself, not a consequence (_CONSEQUENCE, a launcher's
+        wrapper), and not chained to `hit` by Python's "direct cause" or "during
+        handling" lines in hit's own stream.
+        """
+        chained_to_hit = self._chained_after(hit)
+        for line in self.lines[hit.index + 1:]:
+            if not _EXCEPTION.match(line.text) or line.index in chained_to_hit:
+                continue
+            if not (_DEVICE_OOM.search(line.text) or _CONSEQUENCE.search(line.text) or _WRAPPER.search(line.text)):
+                return False
+        return True
+
+    def _chained_after(self, hit: _Line) -> set[int]:
+        """Log indexes of the exceptions after `hit` in its stream that chain back to it."""
+        chained, linked, pending = set(), True, False
+        for line in self.streams[hit.rank][hit.pos + 1:]:
+            if _CHAINED.match(line.text):
+                pending = True
+            elif _TB_HEADER.match(line.text):
+                linked, pending = linked and pending, False
+            elif linked and _EXCEPTION.match(line.text):
+                chained.add(line.index)
+        return chained
 
     def frames_before(self, hit: _Line) -> list[str]:
         """Frame lines of the traceback that ends at `hit`, outermost first."""
