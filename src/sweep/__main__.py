@@ -2,7 +2,10 @@
 
 import sys
 
-from sweep.cli.main import main
-
 if __name__ == "__main__":
+    try:
+        from sweep.cli.main import main
+    except KeyboardInterrupt:  # Ctrl-C in the first moments: one line, as later
+        print("sweep: interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(main())
