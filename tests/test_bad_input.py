@@ -161,7 +161,7 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("time_limit_inf", cmd("trial.time_limit_s=inf"), ["trial.time_limit_s=inf", "finite positive number of seconds"]),
     ("time_limit_nan", cmd("trial.time_limit_s=nan"), ["trial.time_limit_s=nan", "finite positive number of seconds"]),
     ("parser_tokens_per_sample_inf", cmd("workload.parser.type=nanogpt", "+workload.parser.tokens_per_sample=inf"),
-     ["parser.tokens_per_sample=inf", "finite positive number"]),
+     ["parser.tokens_per_sample=inf", "positive number (tokens in one sample), not inf or nan"]),
     ("launcher_newline", [*cmd("hydra/launcher=submitit_slurm"), *broken("launcher_newline")],
      ["hydra.launcher.partition='gpu\\ntouch /tmp/x #'", "control character '\\n'", "without newlines"]),
     ("launcher_key_newline", [*cmd("hydra/launcher=submitit_slurm"), *broken("launcher_key_newline")],

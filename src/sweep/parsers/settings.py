@@ -85,7 +85,7 @@ def parser_settings(spec: Mapping[str, Any] | None) -> ParserSettings:
     if tps is not None and (
         isinstance(tps, bool) or not isinstance(tps, (int, float)) or not math.isfinite(tps) or not tps > 0
     ):
-        raise ValueError(f"parser.tokens_per_sample={tps!r} must be a finite positive number (tokens in one sample)")
+        raise ValueError(f"parser.tokens_per_sample={tps!r} must be a positive number (tokens in one sample), not inf or nan")
     unit = common.get("throughput_unit")
     if unit is not None and unit not in THROUGHPUT_UNITS:
         raise ValueError(f"parser.throughput_unit={unit!r} is not one of {', '.join(THROUGHPUT_UNITS)}")
