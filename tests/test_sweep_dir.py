@@ -109,32 +109,38 @@ def test_a_damaged_sweep_json_says_the_results_are_intact_and_how_to_reuse_them(
     assert proc.returncode == 0 and "reusing 1 finished trial(s)" in proc.stdout, proc.stdout + proc.stderr
 
 
-def _interpreter_start_s() -> float:
-    """How long the interpreter takes to start here (its site module included), before any of sweep runs."""
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
-    return time.monotonic() - t0
+def interrupt_while_starting(cwd: Path, delay_s: float) -> subprocess.CompletedProcess:
+    """Start `python -m sweep`, and send Ctrl-C (to its process group, as a terminal does) `delay_s` after
+    sweep's own package is imported. Counted from there: a Ctrl-C inside Python's own start-up (its
+    site module, before any of sweep runs) is Python's to report. -X importtime says when that is."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env.pop("SWEEP_DEBUG", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "sweep", "hydra.sweep.dir=s", *COMMAND], cwd=cwd, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    seen = []
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        seen.append(line)
+        if line.rstrip().endswith("| sweep"):  # importtime's line for the package itself: sweep's code runs from here
+            break
+    time.sleep(delay_s)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    err = "".join(x for x in ("".join(seen) + err).splitlines(keepends=True) if not x.startswith("import time:"))
+    shutil.rmtree(cwd / "s", ignore_errors=True)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.1, 0.2, 0.3, 0.6])
 def test_ctrl_c_while_starting_up_prints_no_traceback(tmp_path, delay_s):
-    """A Ctrl-C in sweep's first 0.3 s (imports, Hydra's composition) printed a KeyboardInterrupt
-    traceback. Counted from when the interpreter is up: a Ctrl-C inside Python's own start-up
-    (its site module) is Python's to report, before any of sweep's code runs."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    env.pop("SWEEP_DEBUG", None)
-    start_s = _interpreter_start_s()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sweep", "hydra.sweep.dir=s", *COMMAND], cwd=tmp_path, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    time.sleep(start_s + delay_s)
-    os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    """A Ctrl-C in sweep's first 0.3 s (imports, Hydra's composition) printed a KeyboardInterrupt traceback."""
+    proc = interrupt_while_starting(tmp_path, delay_s)
+    out, err = proc.stdout, proc.stderr
     assert "Traceback" not in out + err, err
     assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, out, err)
     assert proc.returncode == -signal.SIGINT or "interrupted" in out + err, (out, err)
-    shutil.rmtree(tmp_path / "s", ignore_errors=True)
 
 
 def test_a_sweep_json_that_is_a_fifo_does_not_hang_resume(tmp_path):

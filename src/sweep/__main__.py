@@ -5,7 +5,9 @@ import sys
 if __name__ == "__main__":
     try:
         from sweep.cli.main import main
-    except KeyboardInterrupt:  # Ctrl-C in the first moments: one line, as later
+
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C in the first moments (main() catches it once it runs): one line, as later
         print("sweep: interrupted", file=sys.stderr)
-        sys.exit(130)
-    sys.exit(main())
+        code = 130
+    sys.exit(code)

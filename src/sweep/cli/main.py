@@ -132,6 +132,10 @@ def help_text() -> str:
 
 
 def main() -> int:
+    import signal
+
+    if getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_interrupted_while_starting" and threading_main():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # sweep/__init__.py's, for runpy's moments
     if any(a in ("--help", "-h") for a in sys.argv[1:]):
         print(help_text())
         return 0
@@ -184,6 +188,12 @@ def _main(debug: bool) -> int:
         print(f"sweep: error: {one_line_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
     return orchestrator.exit_code
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def user_fixable(exc: BaseException) -> bool:
