@@ -325,7 +325,8 @@ class Orchestrator:
             if marker != self.last_rec:
                 self.last_rec = marker
                 self.display.log(recommendation_line(rec))
-        self.display.update(rows, f"{len(self.results)} finished, {len(self.in_flight)} running, {len(self.plan.candidates)} candidates")
+        valid = sum(c.valid for c in self.plan.candidates)  # invalid pairs are never candidates to run
+        self.display.update(rows, f"{len(self.results)} finished, {len(self.in_flight)} running, of {valid} valid pairs")
         return rows, rec
 
     def _write_meta(self, state: str) -> None:
