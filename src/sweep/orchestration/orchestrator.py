@@ -97,6 +97,7 @@ class Orchestrator:
         self.results: dict[str, TrialResult] = {}
         self.in_flight: dict[str, InFlight] = {}
         self.last_rec: tuple[Any, ...] | None = None
+        self.drift: Any = None  # core/drift.Drift once the end-of-sweep re-timing has run
         self.executor: Any = None
         self.cluster = backends.cluster_of(plan.launcher)
         self.workload = workloads.get(plan.meta.workload)
@@ -308,11 +309,15 @@ class Orchestrator:
     def _recommendation(self) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score
 
-        noise = run_to_run_noise(self.plan.machine)
+        # The noise the drift check saw, where it exceeded the machine's assumed one (core/drift.py).
+        noise = self.drift.noise if self.drift is not None else run_to_run_noise(self.plan.machine)
         conf = confidence_score(
             self.plan.candidates, confidence_view(self.results), predicted_oom=self.predictions.p_exceeds, run_to_run=noise
         )
-        return recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin, noise)
+        rec = recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin, noise)
+        if rec is not None and self.drift is not None:
+            rec["drift"] = self.drift.record()
+        return rec
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """Rewrite trials.csv (and recommendation.yaml), update the display; the rows and recommendation."""
@@ -338,6 +343,10 @@ class Orchestrator:
         atomic_write_text(self.plan.sweep_dir / META_FILE, json.dumps(record, indent=2) + "\n")
 
     def _finish(self) -> int:
+        if self.plan.drift_check:
+            from sweep.orchestration.retime import check_drift
+
+            self.drift = check_drift(self, run_to_run_noise(self.plan.machine))
         rows, rec = self._publish(done=True)
         self._write_meta("done")
         counts = {}
@@ -349,6 +358,8 @@ class Orchestrator:
         ]
         if rec is not None:
             summary.append(f"flags: {rec['flags']}")
+        if self.drift is not None:
+            summary.append(self.drift.line())
         if self.plan.search == "powers":
             summary += scaling_lines(self.results)
         summary.append(f"results: {self.plan.sweep_dir / TABLE_FILE}")
