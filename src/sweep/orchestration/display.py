@@ -130,7 +130,9 @@ class Display:
             self._live.update(self._render())
 
     def _render(self) -> Any:
-        width, height = self._console.size
+        # The live console's size; without one (not live: nothing is drawn) a wide view, the whole model.
+        console = getattr(self, "_console", None)
+        width, height = console.size if console is not None else (200, 50)
         return live_view(self._rows, self._progress, width, height)
 
     def final(self, rows: Sequence[Mapping[str, Any]], summary: Sequence[str]) -> None:
@@ -155,7 +157,7 @@ def live_view(rows: Sequence[Mapping[str, Any]], progress: str, width: int, heig
     legend_lines = sum(-(-len(line) // max(1, width)) for line in full.legend)  # folded to the width
     body = lines - 2 - legend_lines - 1  # the header, the "more" line, the legend and the progress line
     shown, more = live_rows(rows, body)
-    table = fit_columns(sweep_table(shown), width)
+    table = fit_columns(sweep_table(shown, show_split="split" in full.headers), width)  # a split axis if the sweep has one
     tail = [Text(more, style="dim")] if more else []
     return Group(rich_table(table), *tail, *legend, Text(progress, style="bold"))
 
