@@ -53,7 +53,7 @@ class Drift:
         pairs = " and ".join(f"accum={r.accum} split={r.split} {r.moved:+.1%}" for r in self.retimed)
         if self.exceeded:
             return (f"drift: re-timed {pairs}: run-to-run noise {self.seen:.1%} seen, above the {self.assumed:.1%} assumed; "
-                    f"confidence scored with {self.seen:.1%} (set machine.run_to_run_noise to keep it)")
+                    f"confidence scored with {self.seen:.1%}")
         return f"drift check: re-timed {pairs}: within the {self.assumed:.1%} run-to-run noise assumed"
 
     def record(self) -> dict:

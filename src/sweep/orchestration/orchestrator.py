@@ -98,6 +98,7 @@ class Orchestrator:
         self.in_flight: dict[str, InFlight] = {}
         self.last_rec: tuple[Any, ...] | None = None
         self.drift: Any = None  # core/drift.Drift once the end-of-sweep re-timing has run
+        self.reused = 0  # finished trials found on start: all of them, and nothing new ran, on a rescoring resume
         self.executor: Any = None
         self.cluster = backends.cluster_of(plan.launcher)
         self.workload = workloads.get(plan.meta.workload)
@@ -170,7 +171,7 @@ class Orchestrator:
         self._reattach()
         self._write_meta("running")
         point_latest(plan.sweep_dir)
-        reused = len(self.results)
+        reused = self.reused = len(self.results)
         self._stop_if_signalled()
         self.display.log(
             f"sweep {plan.meta.sweep_id}: {plan.meta.machine}, global_batch_size={plan.meta.global_batch_size}, "

@@ -13,10 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sweep.core.confidence import leader_probability
 from sweep.core.drift import Drift, Retimed, drift
 from sweep.core.ranking import ranked_ok
 from sweep.core.run_to_run import Repeat
-from sweep.core.schema import ENDED_FILE, RESULT_FILE, Status, TrialResult
+from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, check_record_place, read_trial_record
 from sweep.launch import backend as backends
 
 if TYPE_CHECKING:
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
 
 RETIME_DIR = "retime"  # beside trials/: re-timings are not trials of the sweep's search
 PAIRS = 2  # the leader and the runner-up: the pairs the answer turns on
+# The most run-to-run noise a host has shown here (docs/search.md: 0.243 on the busy 2-core box). Where the
+# leader stays the leader with 95% probability even at this noise, no drift could change the answer, and
+# nothing is re-timed (a leader twice as fast as the runner-up needs no second look).
+BUSY_HOST_NOISE = 0.25
 
 
 def retime_dir(sweep_dir: Path, key: str) -> Path:
@@ -31,10 +36,15 @@ def retime_dir(sweep_dir: Path, key: str) -> Path:
 
 
 def pairs_to_retime(results: dict[str, TrialResult]) -> list[TrialResult]:
-    """The leader and the runner-up among the pairs the sweep may recommend (not tight, unless all are)."""
+    """The leader and the runner-up among the pairs the sweep may recommend (not tight, unless all are);
+    none when a single pair ran ok or when even a busy host's noise (BUSY_HOST_NOISE) could not change the leader."""
     ranked = [r for r in ranked_ok(results) if r.step_times_s or r.throughput_low]
-    roomy = [r for r in ranked if not r.tight]
-    return (roomy or ranked)[:PAIRS]
+    roomy = [r for r in ranked if not r.tight] or ranked
+    if len(roomy) < 2:
+        return []
+    contest = {r.key: r for r in roomy[:PAIRS]}
+    sure = leader_probability(contest, BUSY_HOST_NOISE)
+    return roomy[:PAIRS] if sure is not None and sure < 0.95 else []
 
 
 def check_drift(orch: Orchestrator, assumed: float) -> Drift | None:
@@ -46,6 +56,10 @@ def check_drift(orch: Orchestrator, assumed: float) -> Drift | None:
     chosen = pairs_to_retime(orch.results)
     if not chosen:
         return None
+    if orch.reused == len(orch.results):
+        # Nothing ran in this process (a resume that rescores a finished sweep): read the re-timings already
+        # made, launch nothing.
+        return drift([r for r in (_earlier(orch, first) for first in chosen) if r is not None], assumed)
     names = " and ".join(f"accum={r.accum} split={r.split}" for r in chosen)
     orch.display.log(f"drift check: re-timing {names} ({orch.plan.trial.measure_steps} timed steps each; search.drift_check=false skips it)")
     retimed = []
@@ -59,6 +73,19 @@ def check_drift(orch: Orchestrator, assumed: float) -> Drift | None:
             continue
         retimed.append(Retimed(first.accum, first.split, _repeat(first), _repeat(again)))
     return drift(retimed, assumed)
+
+
+def _earlier(orch: Orchestrator, first: TrialResult) -> Retimed | None:
+    """The pair's re-timing from an earlier run of this sweep, if it ran ok under the same settings."""
+    tdir = retime_dir(orch.plan.sweep_dir, first.key)
+    try:
+        again = read_trial_record(tdir)
+        if again is None or again.status != Status.OK or not again.throughput:
+            return None
+        check_record_place(again, tdir, orch.plan.fingerprint)
+    except (ResultError, OSError):
+        return None
+    return Retimed(first.accum, first.split, _repeat(first), _repeat(again))
 
 
 def _repeat(r: TrialResult) -> Repeat:
