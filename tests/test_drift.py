@@ -33,7 +33,8 @@ def pair(accum: int, first: float, again: float, width: float = 0.01) -> Retimed
 def test_drift_is_called_only_beyond_chance(moves, assumed, exceeded) -> None:
     d = drift([pair(2**i, a, b) for i, (a, b) in enumerate(moves)], assumed)
     assert d is not None and d.exceeded is exceeded and d.dof == len(moves)
-    assert d.noise == (d.seen if exceeded else assumed)
+    assert d.noise == (min(0.49, max(assumed, d.seen_upper)) if exceeded else assumed)
+    assert d.seen <= d.seen_upper
     assert d.line().startswith("drift: " if exceeded else "drift check: ")
     assert len(d.line().splitlines()) == 1
     record = d.record()
@@ -59,7 +60,7 @@ def test_drift_lowers_a_confident_score() -> None:
     assert d is not None and d.exceeded and d.seen > 0.1
     assumed, seen = leader_probability(results, 0.01), leader_probability(results, d.noise)
     assert assumed > 0.99 and seen < 0.8
-    assert math.isclose(d.noise, d.seen)
+    assert math.isclose(d.noise, d.seen_upper) and d.seen_upper > d.seen
 
 
 def ok_result(accum: int, split: int, tp: float) -> TrialResult:
