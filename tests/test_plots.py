@@ -92,6 +92,16 @@ def test_heatmap_colours_pairs_within_the_noise_alike(tmp_path: Path, behind, no
     assert (a == b) == same
 
 
+@pytest.mark.parametrize("noise", [0.0, 0.01, 0.07, 0.19, 0.49])
+def test_heatmap_colour_scale_stays_positive_and_spans_the_noise(tmp_path: Path, noise) -> None:
+    """A noisy host's 19% (the drift check's) once drew a colour bar from -200 to 100 samples/s."""
+    df = load(make_sweep(tmp_path, "s"))
+    norm = plots.heatmap_figure(df, noise=noise).axes[0].images[0].norm
+    best = df["throughput_samples_per_s"].max()
+    assert 0 < norm.vmin < norm.vmax <= best
+    assert norm.vmax == pytest.approx(best * np.exp(-1.96 * 2**0.5 * noise)) or noise == 0.0
+
+
 @pytest.mark.parametrize("name", ["grid", "staircase_tight"])
 def test_scaling_keeps_the_ideal_line_in_view_and_shows_ooms(name: str) -> None:
     df = load(GOLDEN / name)

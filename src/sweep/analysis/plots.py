@@ -107,7 +107,7 @@ def heatmap(df: pd.DataFrame, path: str | Path, one_d: bool | None = None, noise
 def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None, noise: float | None = None) -> Figure:
     """The heatmap's figure, unsaved.
 
-    Colours: pairs whose throughput is within the noise of the best (1.96 * sqrt(2) * noise below it)
+    Colours: pairs whose throughput is within the noise of the best (a factor exp(-1.96 * sqrt(2) * noise) of it)
     share the top colour, and the scale spans at least four such bands, so a pair a few percent
     behind on a noisy machine is not drawn as far worse. Marks: the recommended pair has a solid red
     outline and "rec"; a tight pair (ok, but below trial.memory_margin) a dashed orange one and "tight".
@@ -130,9 +130,9 @@ def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None, noise: float | N
     cmap = matplotlib.colormaps["viridis"]
     finite = grid[np.isfinite(grid)]
     best = float(finite.max()) if finite.size else 1.0
-    band = min(0.5, _TIE_SDS * noise)  # relative: within it of the best is within the noise
-    vmax = best * (1.0 - band)
-    vmin = min(float(finite.min()) if finite.size else vmax, best * (1.0 - 4 * band))
+    band = _TIE_SDS * noise  # in log throughput (the noise is a relative sd): within it of the best is within the noise
+    vmax = best * float(np.exp(-band))
+    vmin = min(float(finite.min()) if finite.size else vmax, best * float(np.exp(-4 * band)))  # > 0 at any noise
     if vmin >= vmax:
         vmin = vmax * 0.95
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
