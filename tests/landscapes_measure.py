@@ -81,7 +81,7 @@ def run_measured_sweep(strategy: Strategy, land: Landscape, how: Measurement, se
                 _, low, high = throughput_summary(times, land.global_batch_size)
                 lead = (leader.throughput_low or 0.0, leader.throughput_high or 0.0)
                 if cannot_win((low, high), lead, candidate_steps=len(times), leader_steps=len(leader.step_times_s)):
-                    res.stopped_early = race_reason((low, high), lead, leader.key, len(times))
+                    res.stopped_early = race_reason((low, high), lead, leader.key)
                     stopped += 1
                     break
         res.step_times_s = times

@@ -292,6 +292,31 @@ def test_compare_marks_noise(outputs: Path) -> None:
     assert cmp.loc[cmp["sweep_order"] == 0, "within_noise"].isna().all()
 
 
+@pytest.mark.parametrize("gbs_b, nd_b, slower", [(512, 8, 0.74), (1024, 4, 0.74), (512, 8, 1.0)])
+def test_compare_of_other_per_device_batches_warns_and_judges_no_noise(outputs: Path, gbs_b, nd_b, slower) -> None:
+    """Global batch 1024 vs 512 (or 8 vs 4 devices): one (accum, split) is another per-device batch in each."""
+    from sweep.analysis.compare import IncomparableSweepsWarning
+
+    a = make_sweep(outputs, "a", accums=(4, 8), splits=(1, 2))
+    b = make_sweep(outputs, "b", gbs=gbs_b, nd=nd_b, accums=(4, 8), splits=(1, 2), scale=slower)
+    with pytest.warns(IncomparableSweepsWarning, match=rf"a: global batch 1024 on 8 device\(s\), b: global batch {gbs_b} on {nd_b}"):
+        cmp = compare([a, b])
+    b_rows = cmp[cmp["sweep_id"] == "b"]
+    assert b_rows["ratio_vs_first"].notna().any()  # the raw ratio is kept
+    assert b_rows["within_noise"].isna().all()  # a 26% drop is never "within noise"
+
+
+def test_compare_of_one_setting_does_not_warn(outputs: Path) -> None:
+    import warnings
+
+    a = make_sweep(outputs, "a", accums=(4, 8), splits=(1, 2))
+    b = make_sweep(outputs, "b", accums=(4, 8), splits=(1, 2), scale=0.74)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cmp = compare([a, b])
+    assert not cmp.loc[cmp["sweep_id"] == "b", "within_noise"].any()
+
+
 def test_compare_a_glob_and_needs_two_sweeps(outputs: Path) -> None:
     make_sweep(outputs, "a", accums=(8,), splits=(1, 2))
     make_sweep(outputs, "b", accums=(8,), splits=(1, 2))

@@ -93,8 +93,10 @@ def test_racing_rarely_stops_a_true_winner_on_noise():
 
 
 def test_race_reason_names_the_leader_and_bounds():
-    line = race_reason((80.0, 90.0), (100.0, 110.0), "accum2_split4", 7)
-    assert "accum2_split4" in line and "90" in line and "100" in line and "7 timed steps" in line
+    line = race_reason((80.0, 90.0), (100.0, 110.0), "accum2_split4")
+    assert "accum2_split4" in line and "90" in line and "100" in line
+    # No step count: racing decided on one step fewer than the trial went on to measure (its steps_measured).
+    assert "steps" not in line
     assert "\n" not in line
 
 

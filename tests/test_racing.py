@@ -211,11 +211,12 @@ def test_a_command_trial_that_cannot_win_is_stopped_and_counts_as_ok(tmp_path):
     proc, sweep_dir = race_sweep(tmp_path)
     rows = {int(r["accum"]): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
     assert rows[1]["status"] == rows[2]["status"] == "ok"
-    assert rows[2]["reason"].startswith("stopped early: stopped after") and "cannot beat the leader accum1_split1" in rows[2]["reason"]
+    assert rows[2]["reason"].startswith("stopped early: cannot beat the leader accum1_split1")
+    assert "timed steps" not in rows[2]["reason"]  # the steps column says how many: one count, not two
     # The slow script never ends by itself: only the stop request ended it, long before the time limit.
     slow = read_result(trial_dir(sweep_dir, "accum2_split1") / RESULT_FILE)
     assert slow.stopped_early and slow.wall_s < 60 and slow.steps_measured >= 6
-    assert "accum=2 split=1: stopping it, stopped after" in proc.stdout
+    assert "accum=2 split=1: stopping it, cannot beat the leader accum1_split1" in proc.stdout
     assert "recommended accum=1 split=1" in proc.stdout
     # Adaptive measurement stopped the fast one too: it prints 40 steps, far more than it needed.
     fast = read_result(trial_dir(sweep_dir, "accum1_split1") / RESULT_FILE)

@@ -5,12 +5,34 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sweep.core.stats import Z95, interval_se, median_interval_ranks, throughput_summary
+from sweep.core.stats import Z95, interval_se, median_interval_coverage, median_interval_ranks, throughput_summary
 
 
 @pytest.mark.parametrize("n, expected", [(1, (0, 0)), (2, (0, 1)), (5, (0, 4)), (6, (0, 5)), (9, (1, 7)), (20, (5, 14))])
 def test_order_statistic_interval_ranks(n, expected):
     assert median_interval_ranks(n) == expected
+
+
+def _exact_tail(k: int, n: int) -> float:
+    """P(Binomial(n, 1/2) <= k) in exact integers: the oracle scipy's binomial is held to."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 7, 8, 9, 12, 17, 20, 32, 50, 99, 200])
+@pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
+def test_ranks_are_the_widest_exact_order_statistic_interval(n, level):
+    lo, hi = median_interval_ranks(n, level)
+    assert hi == n - 1 - lo and lo <= hi
+    if lo:  # it reaches the level, and one rank further in would not
+        assert 1 - 2 * _exact_tail(lo, n) >= level
+    if lo + 1 < n - 2 - lo:
+        assert 1 - 2 * _exact_tail(lo + 1, n) < level
+    assert median_interval_coverage(n, lo) == pytest.approx(1 - 2 * _exact_tail(lo, n), abs=1e-12)
+
+
+@pytest.mark.parametrize("n, lo, coverage", [(5, 0, 0.9375), (6, 0, 0.96875), (9, 1, 0.9609375), (20, 5, 0.9586105346679688)])
+def test_median_interval_coverage(n, lo, coverage):
+    assert median_interval_coverage(n, lo) == pytest.approx(coverage, abs=1e-12)
 
 
 def test_throughput_summary_uses_median_and_brackets_it():

@@ -205,3 +205,43 @@ def test_the_live_view_renders_the_same_model_with_its_legend() -> None:
     text = buf.getvalue()
     assert text.split()[:3] == ["rank", "accum", "split"] and "steps" in text
     assert "early = racing stopped it" in text and text.rstrip().endswith("2 finished, 0 running")
+
+
+@pytest.mark.parametrize(
+    "figures",
+    [
+        # A half-way figure: 6 significant digits in the CSV (1212.75) rounded again to 1,212.8 in summary.md,
+        # while the terminal showed 1,212.7 for the same interval.
+        dict(throughput=1212.76, throughput_low=1212.7499999, throughput_high=1212.8500001),
+        dict(throughput=98765.4321, throughput_low=98765.04999, throughput_high=98765.45001),
+        dict(throughput=0.123456789, throughput_low=0.1049999, throughput_high=0.15000001),
+    ],
+)
+def test_every_output_renders_the_same_figures(tmp_path: Path, figures) -> None:
+    """The terminal (rows in memory) and summary.md/sweep.load (trials.csv read back) show identical cells."""
+    table_rows = rows([result(1, 1, **figures), result(2, 1)])
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    (sweep / "trials.csv").write_text(table_csv(table_rows))
+    from_csv = report.report_table(load(sweep))
+    assert from_csv.cells() == sweep_table(table_rows).cells()
+    df = load(sweep)
+    assert df.loc[(df["accum"] == 1) & (df["split"] == 1), "throughput_low_samples_per_s"].item() == figures["throughput_low"]  # exactly
+
+
+@pytest.mark.parametrize(
+    "status, step_times, steps_measured, shown",
+    [
+        (OOM, [0.1] * 4, None, ""),  # the steps before the OOM are no measurement: result.json says null
+        (FAILED, [0.1, 0.2], None, ""),
+        (OK, [0.1] * 9, 9, "9"),
+        (OK, [0.1] * 9, None, "9"),  # a result from before steps_measured existed counts its step times
+    ],
+)
+def test_steps_agree_with_the_result(tmp_path: Path, status, step_times, steps_measured, shown) -> None:
+    extra = dict(oom_phase="joint", error="out of memory") if status == OOM else dict(error="boom") if status == FAILED else {}
+    res = result(1, 1, status=status, step_times_s=step_times, steps_measured=steps_measured, **extra)
+    (row,) = [r for r in rows([res]) if r["accum"] == 1 and r["split"] == 1]
+    assert row["steps_measured"] == (int(shown) if shown else None)
+    table = sweep_table([row])
+    assert table.cells()[0][table.headers.index("steps")] == shown

@@ -15,12 +15,18 @@ the pairs in all sweeps (an outer join), sorted by accum, split, sweep_order:
 | throughput_*_samples_per_s      | float64  | median, low, high as in load(); NaN where the pair did not run ok |
 | speedup                         | float64  | within its own sweep, as in load()                                |
 | ratio_vs_first                  | float64  | throughput / the reference sweep's throughput for the same pair   |
-| within_noise                    | boolean  | True where this sweep's 95% interval overlaps the reference's; <NA> for the reference itself or a missing interval |
+| within_noise                    | boolean  | True where this sweep's 95% interval overlaps the reference's; <NA> for the reference itself, a missing interval, or a pair whose per-device batch differs from the reference's |
+
+Sweeps at different global batch sizes or device counts run one (accum, split) at different
+per-device batches: compare() warns (IncomparableSweepsWarning, naming them) and leaves
+within_noise <NA> on every pair whose per-device batch is not the reference's, since its
+throughput is another workload's; ratio_vs_first is kept, as the raw ratio it is.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +56,10 @@ COMPARE_COLUMNS = [
     "ratio_vs_first",
     "within_noise",
 ]
+
+class IncomparableSweepsWarning(UserWarning):
+    """compare() lined up sweeps whose (accum, split) pairs mean different per-device batches."""
+
 
 # Constant within a sweep: filled in on compare() rows for pairs the sweep did not list.
 _SWEEP_LEVEL = ["sweep_id", "machine", "workload", "global_batch_size", "num_devices"]
@@ -87,9 +97,15 @@ def compare(sources: Sequence[Source | pd.DataFrame]) -> pd.DataFrame:
         aligned.append(wide)
 
     ref = aligned[0]
+    _warn_if_incomparable(sweeps)
     for wide in aligned:
         wide["ratio_vs_first"] = wide["throughput_samples_per_s"] / ref["throughput_samples_per_s"]
-        wide["within_noise"] = _overlap(wide, ref) if wide is not ref else pd.NA
+        if wide is ref:
+            wide["within_noise"] = pd.NA
+            continue
+        # A pair at another per-device batch is another measurement altogether: no noise verdict on it.
+        same_batch = (wide["per_device_batch"] == ref["per_device_batch"]).fillna(False).astype(bool)
+        wide["within_noise"] = _overlap(wide, ref).where(same_batch, pd.NA)
 
     out = pd.concat(aligned).reset_index()
     out = out.sort_values(["accum", "split", "sweep_order"], kind="stable", ignore_index=True)
@@ -145,6 +161,18 @@ def run_to_run(sources: Source | pd.DataFrame | Sequence[Source | pd.DataFrame])
     dtypes = {**SCHEMA, "run_to_run_noise": "float64", "spread": "float64", "pairs": "Int64", "repeats": "Int64", "dof": "Int64",
               "setting": "string"}
     return pd.DataFrame(rows, columns=RUN_TO_RUN_COLUMNS).astype({c: dtypes[c] for c in RUN_TO_RUN_COLUMNS})
+
+
+def _warn_if_incomparable(sweeps: Sequence[pd.DataFrame]) -> None:
+    """Warn once when the sweeps' global batch sizes or device counts differ (one pair, other per-device batches)."""
+    setups = [(str(d["sweep_id"].iloc[0]), int(d["global_batch_size"].iloc[0]), int(d["num_devices"].iloc[0])) for d in sweeps]
+    if len({(gb, n) for _, gb, n in setups}) > 1:
+        listed = ", ".join(f"{sid}: global batch {gb} on {n} device(s)" for sid, gb, n in setups)
+        warnings.warn(
+            f"compare: the sweeps differ in global batch size or device count ({listed}), so one (accum, split) is a "
+            "different per-device batch in each: within_noise is <NA> for those pairs; compare sweeps of one setting",
+            IncomparableSweepsWarning, stacklevel=3,
+        )
 
 
 def _number(value: Any) -> float | None:

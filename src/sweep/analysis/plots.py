@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
+import matplotlib.transforms
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -66,20 +68,55 @@ def _cell_style(row: pd.Series) -> tuple[str, str, str]:
     return _OTHER_STYLE.get(str(row["status"]), (str(row["status"]), "#ffffff", ""))
 
 
-def heatmap(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Path:
+# The noise the heatmap's colours are drawn at when the caller does not give the machine's: the
+# confidence score's floor (confidence.TRIAL_FLOOR), the least run-to-run noise any machine is scored with.
+DEFAULT_NOISE = 0.01
+# Two pairs' throughputs within this many noise sds of each other (their difference's 95% band,
+# 1.96 * sqrt(2) sds) are not told apart: the heatmap draws them in one colour.
+_TIE_SDS = 1.96 * 2**0.5
+RECOMMENDED_EDGE = "#d62728"
+TIGHT_EDGE = "#ff7f0e"
+
+
+def recommended_pair(df: pd.DataFrame) -> tuple[int, int] | None:
+    """(accum, split) the sweep recommends: the fastest ok pair that is not tight (ranking.recommendation's rule)."""
+    ok = df[(df["status"] == "ok") & df["throughput_samples_per_s"].notna()]
+    if ok.empty:
+        return None
+    tight = _tight(ok)
+    pool = ok[~tight] if (~tight).any() else ok
+    best = pool.sort_values(["throughput_samples_per_s", "accum", "split"], ascending=[False, True, True]).iloc[0]
+    return int(best["accum"]), int(best["split"])
+
+
+def _tight(rows: pd.DataFrame) -> pd.Series:
+    if "tight" not in rows:
+        return pd.Series(False, index=rows.index)
+    return rows["tight"].astype("boolean").fillna(False).astype(bool)
+
+
+def heatmap(df: pd.DataFrame, path: str | Path, one_d: bool | None = None, noise: float | None = None) -> Path:
     """Throughput over accum (rows) x split (columns) for one sweep; non-ok cells labelled by why.
 
     A 1-D sweep (one_d; None: when only split=1 ran) draws one column with no split axis.
+    noise: the machine's run-to-run noise (recommendation.yaml's run_to_run_noise); see heatmap_figure.
     """
-    return _save(heatmap_figure(df, one_d), path)
+    return _save(heatmap_figure(df, one_d, noise), path)
 
 
-def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None) -> Figure:
-    """The heatmap's figure, unsaved."""
+def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None, noise: float | None = None) -> Figure:
+    """The heatmap's figure, unsaved.
+
+    Colours: pairs whose throughput is within the noise of the best (a factor exp(-1.96 * sqrt(2) * noise) of it)
+    share the top colour, and the scale spans at least four such bands, so a pair a few percent
+    behind on a noisy machine is not drawn as far worse. Marks: the recommended pair has a solid red
+    outline and "rec"; a tight pair (ok, but below trial.memory_margin) a dashed orange one and "tight".
+    """
     one_d = _one_d(df, one_d)
     unit = _unit(df)
     if df.empty:
         raise ValueError("heatmap of an empty sweep table")
+    noise = DEFAULT_NOISE if noise is None else float(noise)
     accums = sorted(int(a) for a in df["accum"].unique())
     splits = sorted(int(s) for s in df["split"].unique())
     grid = np.full((len(accums), len(splits)), np.nan)
@@ -92,26 +129,44 @@ def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None) -> Figure:
     ax = fig.add_subplot()
     cmap = matplotlib.colormaps["viridis"]
     finite = grid[np.isfinite(grid)]
-    vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    if vmin == vmax:
-        vmin, vmax = vmin * 0.95, vmax * 1.05 + 1e-9
+    best = float(finite.max()) if finite.size else 1.0
+    band = _TIE_SDS * noise  # in log throughput (the noise is a relative sd): within it of the best is within the noise
+    vmax = best * float(np.exp(-band))
+    vmin = min(float(finite.min()) if finite.size else vmax, best * float(np.exp(-4 * band)))  # > 0 at any noise
+    if vmin >= vmax:
+        vmin = vmax * 0.95
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
-    fig.colorbar(image, ax=ax, label=f"throughput ({unit})")
+    bar = fig.colorbar(image, ax=ax, extend="max")
+    bar.set_label(f"throughput ({unit})\nabove {vmax:,.0f}: within the noise ({noise:.0%} sd) of the best", fontsize=8)
 
+    rec = recommended_pair(df)
     legend: dict[str, Patch] = {}
-    for _, row in df.iterrows():
+    tight_rows = _tight(df)
+    for i, row in df.iterrows():
         y, x = accums.index(int(row["accum"])), splits.index(int(row["split"]))
         if row["status"] == "ok":
             value = row["throughput_samples_per_s"]
-            text = f"{value:,.0f}"
+            marks = []
+            if (int(row["accum"]), int(row["split"])) == rec:
+                marks.append("rec")
+                ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor=RECOMMENDED_EDGE, linewidth=3.5))
+                legend.setdefault("recommended", Patch(fill=False, edgecolor=RECOMMENDED_EDGE, linewidth=2.5, label="rec = recommended"))
+            if tight_rows[i]:
+                marks.append("tight")
+                inset = 0.08 if "rec" in marks else 0.0  # inside the red outline when both
+                ax.add_patch(Rectangle((x - 0.5 + inset, y - 0.5 + inset), 1 - 2 * inset, 1 - 2 * inset, fill=False,
+                                       edgecolor=TIGHT_EDGE, linewidth=2.5, linestyle="--"))
+                legend.setdefault("tight", Patch(fill=False, edgecolor=TIGHT_EDGE, linewidth=2, linestyle="--",
+                                                 label="tight = below trial.memory_margin: may OOM in training"))
+            text = (f"#{int(row['rank'])} " if pd.notna(row["rank"]) and int(row["rank"]) <= 3 else "") + f"{value:,.0f}"
             if pd.notna(row["speedup"]):
                 text += f"\n{row['speedup']:.2f}x"
-            if pd.notna(row["rank"]) and row["rank"] == 1:  # an unranked ok row (a throughput of 0) has NA
-                text = "#1  " + text
-                ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=3))
+            if marks:
+                text += "\n" + " ".join(marks)
             # Dark text on the bright (fast) end of viridis, light text on the dark end.
-            shade = (value - vmin) / (vmax - vmin) if np.isfinite(value) else 0.0
-            ax.text(x, y, text, ha="center", va="center", fontsize=9, color="black" if shade > 0.55 else "white")
+            shade = min(1.0, (value - vmin) / (vmax - vmin)) if np.isfinite(value) else 0.0
+            ax.text(x, y, text, ha="center", va="center", fontsize=8.5, color="black" if shade > 0.55 else "white",
+                    fontweight="bold" if "rec" in marks else "normal")
             continue
         label, face, hatch = _cell_style(row)
         ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=face, hatch=hatch, edgecolor="#707070", linewidth=0.5))
@@ -138,7 +193,7 @@ def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None) -> Figure:
     ax.set_title(_title(df), fontsize=10)
     if legend:
         ax.legend(handles=list(legend.values()), loc="upper center", bbox_to_anchor=(0.5, -0.14),
-                  ncol=min(len(legend), 4), fontsize=8, frameon=False)
+                  ncol=min(len(legend), 3), fontsize=8, frameon=False)
     return fig
 
 
@@ -153,12 +208,18 @@ def scaling(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Pa
 
 
 def scaling_figure(df: pd.DataFrame, one_d: bool | None = None) -> Figure:
-    """The scaling plot's figure, unsaved."""
+    """The scaling plot's figure, unsaved.
+
+    Both axes are logarithmic, so ideal linear scaling is a straight line of slope 1 that stays in
+    view; per-device batches where every pair ran out of memory (or was predicted to) are marked on
+    the bottom edge with how many pairs did.
+    """
     if df.empty:
         raise ValueError("scaling plot of an empty sweep table")
     one_d = _one_d(df, one_d)
     unit = _unit(df)
     ok = df[(df["status"] == "ok") & df["throughput_samples_per_s"].notna() & df["per_device_batch"].notna()]
+    oom = df[df["status"].isin(["oom", "predicted_oom"]) & df["per_device_batch"].notna()]
     fig = Figure(figsize=(7.5, 5.0), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -180,17 +241,33 @@ def scaling_figure(df: pd.DataFrame, one_d: bool | None = None) -> Figure:
     # Ideal: throughput proportional to per-device batch, anchored at the best point at the smallest batch.
     b0 = float(ok["per_device_batch"].min())
     t0 = float(ok.loc[ok["per_device_batch"] == b0, "throughput_samples_per_s"].max())
-    xs = np.array(sorted(set(ok["per_device_batch"].astype(float))))
-    dense = np.geomspace(xs[0], xs[-1], 64)  # the ideal is a curve on a log x axis, not a polyline
-    ax.plot(dense, t0 * dense / b0, linestyle="--", color="#555555", label=f"ideal linear from per-device batch {b0:g}")
+    xs = np.array(sorted(set(ok["per_device_batch"].astype(float)) | set(oom["per_device_batch"].astype(float))))
+    ok_xs = np.array(sorted(set(ok["per_device_batch"].astype(float))))
+    ideal_x = np.array([ok_xs[0], ok_xs[-1]])
+    ax.plot(ideal_x, t0 * ideal_x / b0, linestyle="--", color="#555555", label=f"ideal linear from per-device batch {b0:g}")
 
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     ax.set_xticks(xs, [f"{v:g}" for v in xs])
     ax.minorticks_off()
-    top = float(ok["throughput_high_samples_per_s"].fillna(ok["throughput_samples_per_s"]).max())
-    ax.set_ylim(0, top * 1.25)  # the ideal line leaves the plot rather than squashing the measured ones
+    lows = ok["throughput_low_samples_per_s"].fillna(ok["throughput_samples_per_s"])
+    highs = ok["throughput_high_samples_per_s"].fillna(ok["throughput_samples_per_s"])
+    bottom = float(min(lows.min(), t0)) / 1.6  # room under the lowest point for the OOM marks
+    top = float(max(highs.max(), t0 * ok_xs[-1] / b0)) * 1.25  # the whole ideal line in view
+    ax.set_ylim(bottom, top)
+    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.set_xlim(xs[0] / 1.4, xs[-1] * 1.4)
+    if not oom.empty:
+        # OOM pairs have no throughput: a row of marks on the bottom edge, at their per-device batch.
+        counts = oom.groupby(oom["per_device_batch"].astype(float)).size()
+        edge = matplotlib.transforms.blended_transform_factory(ax.transData, ax.transAxes)
+        ax.scatter(counts.index, [0.04] * len(counts), marker="X", s=70, color="#d62728", transform=edge, zorder=5,
+                   clip_on=False, label="out of memory (count of pairs)")
+        for b, n in counts.items():
+            ax.text(b, 0.09, f"{n} OOM", transform=edge, ha="center", va="bottom", fontsize=8, color="#d62728")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", title="log-log axes: ideal scaling is a slope-1 line", title_fontsize=8)
     return fig
 
 

@@ -295,7 +295,8 @@ def write_report(directory: Path, *, nodes: int = 1, template: str = export.DEFA
     if plots:
         from sweep.analysis import plots as plotting  # matplotlib is heavy: only load it when drawing
 
-        written.append(plotting.heatmap(df, directory / "heatmap.png"))
+        # Colours are drawn at the noise the confidence score assumed (recorded beside it).
+        written.append(plotting.heatmap(df, directory / "heatmap.png", noise=(rec or {}).get("run_to_run_noise")))
         written.append(plotting.scaling(df, directory / "scaling.png"))
     if stream is not None:
         print(_headline(df, meta), file=stream)

@@ -3,7 +3,7 @@
 1. Measured: each ok trial's log throughput ~ normal around its median, se = 1.25*sigma/sqrt(steps)
    (sigma: robust spread of its log step times, shrunk toward the pooled one) plus the machine's
    run-to-run noise (1% unless told otherwise); P_measured = P(the leader beats every other ok
-   pair), exact by 1-D quadrature.
+   pair), by 1-D quadrature over the leader's error (error < 1e-9).
 2. Untried: a valid pair not finished, whose OOM is not implied and that no measured pair outranks,
    may be feasible and faster with prior q = Q[direction] * 0.52**(d-1) (* 0.54 unless an ok trial
    implies it fits, * 0.44 if a slower measured pair lies between it and the leader that way, and
@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from statistics import NormalDist, median
+from functools import lru_cache
+
+import numpy as np
+from scipy.integrate import trapezoid
+from scipy.special import ndtr
+from scipy.stats import median_abs_deviation, norm
 
 from sweep.core.implications import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
 from sweep.core.schema import CANCELLED, OK, TrialResult
@@ -59,29 +64,34 @@ GAIN_FLOOR = 0.02
 # held-out check: nothing was fitted on it. The structure (shared trade-off prior, the gain trend) was
 # chosen by the reasoning above after seeing that the previous model was off there in the 20-40 band.
 
-_Z = [-6.0 + 12.0 * i / 120 for i in range(121)]  # quadrature nodes, in leader standard errors
-_STD = NormalDist()
-_W = [_STD.pdf(z) for z in _Z]
-_WSUM = sum(_W)
+# Quadrature nodes for the leader's error, in its standard errors. The trapezoid rule on a normal-weighted
+# smooth integrand converges geometrically: 0.1 apart it is within 1e-9 of scipy's adaptive quad, where
+# Gauss-Legendre on the same span needs 160 nodes for 3e-6 and Gauss-Hermite is worse (measured, 3000 cases).
+_Z = np.linspace(-8.0, 8.0, 161)
+_PDF = norm.pdf(_Z)
 
 
-def _robust_sigma(logs: list[float]) -> float:
-    """1.4826 * median absolute deviation (slow outlier steps must not inflate it); the sample sd if that is 0."""
-    med = median(logs)
-    mad = median([abs(x - med) for x in logs])
-    if mad > 0:
-        return 1.4826 * mad
-    mean = sum(logs) / len(logs)
-    return math.sqrt(sum((x - mean) ** 2 for x in logs) / max(1, len(logs) - 1))
+@lru_cache(maxsize=8192)
+def _step_spread(step_times_s: tuple[float, ...]) -> tuple[float, int] | None:
+    """(robust sd of the log step times, how many) for a trial's steps; None under two.
+
+    The normal-scaled median absolute deviation, so slow outlier steps do not inflate it; the sample sd
+    if that is 0. Cached: a sweep rescores every finished trial each time one lands.
+    """
+    logs = np.log([t for t in step_times_s if t > 0])
+    if logs.size < 2:
+        return None
+    mad = float(median_abs_deviation(logs, scale="normal"))
+    return (mad if mad > 0 else float(np.std(logs, ddof=1))), int(logs.size)
 
 
 def _estimates(ok: list[TrialResult], run_to_run: float = TRIAL_FLOOR) -> dict[str, tuple[float, float]]:
     """key -> (log throughput, standard deviation of its error)."""
     spreads: dict[str, tuple[float, int]] = {}
     for r in ok:
-        logs = [math.log(t) for t in r.step_times_s if t > 0]
-        if len(logs) >= 2:
-            spreads[r.key] = (_robust_sigma(logs), len(logs))
+        spread = _step_spread(tuple(r.step_times_s))
+        if spread is not None:
+            spreads[r.key] = spread
     # A handful of steps gives a poor spread on its own; trials on one machine share most of it.
     dof = sum(n - 1 for _, n in spreads.values())
     pooled = math.sqrt(sum((n - 1) * s * s for s, n in spreads.values()) / dof) if dof else 0.0
@@ -110,13 +120,12 @@ def leader_probability(results: Mapping[str, TrialResult], run_to_run: float = T
     m0, s0 = est[lead]
     # Rivals 8 combined standard errors behind cannot move the answer.
     rivals = [(m, s) for k, (m, s) in est.items() if k != lead and m0 - m < 8.0 * math.hypot(s0, s)]
-    total = 0.0
-    for z, w in zip(_Z, _W):
-        x = m0 + s0 * z
-        for m, s in rivals:
-            w *= _STD.cdf((x - m) / s)
-        total += w
-    return total / _WSUM
+    if not rivals:
+        return 1.0
+    means, sds = np.array(rivals).T
+    # At each node: the density of the leader's error times P(every rival falls below the leader's value there).
+    beats_all = np.prod(ndtr((m0 + s0 * _Z[:, None] - means) / sds), axis=1)
+    return float(min(1.0, trapezoid(_PDF * beats_all, _Z)))
 
 
 def _offset(c: Candidate | TrialResult, lead: TrialResult) -> tuple[float, float]:

@@ -52,6 +52,10 @@ class SearchConfig:
     # Stop a running trial once its interval lies wholly below the leader's (orchestration/racing.py);
     # false: every trial measures to its own end, e.g. for repeats that sweep.run_to_run compares.
     racing: bool = True
+    # At the end, re-time the leader and the runner-up briefly (trial.measure_steps timed steps each) and,
+    # when they moved more than machine.run_to_run_noise allows, score the confidence with the noise seen
+    # (core/drift.py); false: trust machine.run_to_run_noise as given.
+    drift_check: bool = True
 
 
 @dataclass

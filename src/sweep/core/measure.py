@@ -85,10 +85,14 @@ def cannot_win(
     return c_high * (1.0 + margin) < l_low
 
 
-def race_reason(candidate: Interval, leader: Interval, leader_key: str, steps: int) -> str:
-    """The one line a stopped trial's log and `stopped_early` carry."""
+def race_reason(candidate: Interval, leader: Interval, leader_key: str) -> str:
+    """The one line a stopped trial's log and `stopped_early` carry.
+
+    It names no step count: the trial finishes the step under way when it reads the request, so the
+    count racing decided on is one short of the trial's own `steps_measured`, which the table shows.
+    """
     return (
-        f"stopped after {steps} timed steps: cannot beat the leader {leader_key} "
+        f"cannot beat the leader {leader_key} "
         f"(95% upper bound {candidate[1]:.4g} samples/s < its lower bound {leader[0]:.4g})"
     )
 

@@ -161,7 +161,7 @@ def build_table(
                 throughput_high_samples_per_s=res.throughput_high,
                 peak_mem_gib=res.peak_mem_gib,
                 wall_s=res.wall_s,
-                steps_measured=res.steps_measured if res.steps_measured is not None else len(res.step_times_s) or None,
+                steps_measured=_steps_measured(res),
                 reason=res.error or (f"stopped early: {res.stopped_early}" if res.stopped_early else ""),
                 log=res.log,
                 job_id=res.job_id,
@@ -190,7 +190,20 @@ def table_csv(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _fmt(value: Any) -> Any:
-    return f"{value:.6g}" if isinstance(value, float) else value
+    # Full precision (Python's shortest round-trip repr): every output rounds once, from the same value, at
+    # its own display (core/table.py); a CSV rounded to 6 digits made summary.md's interval disagree with the terminal's.
+    return repr(value) if isinstance(value, float) else value
+
+
+def _steps_measured(res: TrialResult) -> int | None:
+    """The timed steps an ok figure rests on, as its result.json says; None for a trial with no figure.
+
+    A result from before steps_measured existed counts its step times. A failed trial's step times
+    (the steps before it died) are no measurement, and its result.json says steps_measured: null.
+    """
+    if res.steps_measured is not None:
+        return res.steps_measured
+    return (len(res.step_times_s) or None) if res.status == OK else None
 
 
 def cli_flags(accum: int, split: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sweep.core.memory_model import counted_peak
@@ -18,6 +19,53 @@ STATUS_STYLE = {
     "ok": "green", "oom": "red", "predicted_oom": "red", "running": "yellow", "failed": "magenta",
     "timeout": "magenta", "cancelled": "magenta", "invalid": "dim", "pending": "dim", "skipped": "dim",
 }
+
+
+# The live view's columns, least needed first: dropped in this order until the table fits the terminal
+# (rich would otherwise cut every header to "r… ac…"). accum, split, status and the throughput stay.
+DROP_FIRST = ("wall s", "peak GiB", "joint", "per_dev", "rank", "steps", "95% interval", "speedup", "mark")
+# Finished pairs first (ok ranked, then why the others did not run ok), then what is still coming.
+_LIVE_ORDER = {"ok": 0, "oom": 1, "predicted_oom": 1, "failed": 1, "timeout": 1, "cancelled": 1, "running": 2, "pending": 3}
+_COLUMN_GAP = 2  # rich's default padding: one space either side of each cell
+
+
+def table_width(table: SweepTable) -> int:
+    """Characters one line of this table takes in the live view."""
+    widths = [max([len(h)] + [len(row[i]) for row in table.cells()]) for i, h in enumerate(table.headers)]
+    return sum(widths) + _COLUMN_GAP * len(widths)
+
+
+def fit_columns(table: SweepTable, width: int) -> SweepTable:
+    """The table with the least needed columns dropped until it fits `width` (never a cut header)."""
+    for header in DROP_FIRST:
+        if table_width(table) <= width:
+            break
+        table = replace(table, columns=tuple(c for c in table.columns if c.header != header))
+    return table
+
+
+def live_rows(rows: Sequence[Mapping[str, Any]], height: int) -> tuple[list[Mapping[str, Any]], str]:
+    """The rows the live view shows in `height` lines, finished first, and a line counting what it left out.
+
+    Pending pairs are only counted. When finished and running rows are more than fit, running rows stay,
+    and the lines left are shared between the fastest ok rows and the rows that did not run ok (OOMs show).
+    """
+    shown = sorted((r for r in rows if str(r["status"]) in _LIVE_ORDER), key=lambda r: _LIVE_ORDER[str(r["status"])])
+    ok = [r for r in shown if r["status"] == "ok"]
+    not_ok = [r for r in shown if _LIVE_ORDER[str(r["status"])] == 1]
+    running = [r for r in shown if r["status"] == "running"]
+    pending = sum(r["status"] == "pending" for r in shown)
+    budget = max(2, height - len(running))
+    if len(ok) + len(not_ok) > budget:
+        n_not_ok = min(len(not_ok), max(budget // 2, budget - len(ok)))
+        n_ok = budget - n_not_ok
+        left_out = len(ok) - n_ok + len(not_ok) - n_not_ok
+        ok, not_ok = ok[:n_ok], not_ok[:n_not_ok]
+    else:
+        left_out = 0
+    more = [f"{left_out} more finished (all in trials.csv)"] if left_out else []
+    more += [f"{pending} pending"] if pending else []
+    return ok + not_ok + running, ", ".join(more)
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], with_reasons: bool = True, show_invalid: bool = False) -> str:
@@ -82,12 +130,10 @@ class Display:
             self._live.update(self._render())
 
     def _render(self) -> Any:
-        from rich.console import Group
-        from rich.text import Text
-
-        table = sweep_table(self._rows)
-        legend = [Text(line, style="dim") for line in table.legend]
-        return Group(rich_table(table), *legend, Text(self._progress, style="bold"))
+        # The live console's size; without one (not live: nothing is drawn) a wide view, the whole model.
+        console = getattr(self, "_console", None)
+        width, height = console.size if console is not None else (200, 50)
+        return live_view(self._rows, self._progress, width, height)
 
     def final(self, rows: Sequence[Mapping[str, Any]], summary: Sequence[str]) -> None:
         print(file=self.stream)
@@ -96,6 +142,24 @@ class Display:
         for line in summary:
             print(line, file=self.stream)
         self.stream.flush()
+
+
+def live_view(rows: Sequence[Mapping[str, Any]], progress: str, width: int, height: int) -> Any:
+    """What the live view draws on a width x height terminal: the table (finished first, columns that fit), the
+    legend, what was left out, and the progress line. Log lines scroll above it, so it takes at most half the
+    height (and never fewer than 8 lines)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    full = sweep_table(rows)
+    lines = max(8, height // 2)
+    legend = [Text(line, style="dim", overflow="fold") for line in full.legend]
+    legend_lines = sum(-(-len(line) // max(1, width)) for line in full.legend)  # folded to the width
+    body = lines - 2 - legend_lines - 1  # the header, the "more" line, the legend and the progress line
+    shown, more = live_rows(rows, body)
+    table = fit_columns(sweep_table(shown, show_split="split" in full.headers), width)  # a split axis if the sweep has one
+    tail = [Text(more, style="dim")] if more else []
+    return Group(rich_table(table), *tail, *legend, Text(progress, style="bold"))
 
 
 def landed_line(res: TrialResult) -> str:

@@ -108,6 +108,8 @@ class Orchestrator:
         self.results: dict[str, TrialResult] = {}
         self.in_flight: dict[str, InFlight] = {}
         self.last_rec: tuple[Any, ...] | None = None
+        self.drift: Any = None  # core/drift.Drift once the end-of-sweep re-timing has run
+        self.reused = 0  # finished trials found on start: all of them, and nothing new ran, on a rescoring resume
         self.executor: Any = None
         self.cluster = backends.cluster_of(plan.launcher)
         self.workload = workloads.get(plan.meta.workload)
@@ -181,7 +183,7 @@ class Orchestrator:
         self._write_meta("running")
         if not point_latest(plan.sweep_dir) and not (plan.sweep_dir.parent / "latest").is_symlink():
             self.display.log(f"{plan.sweep_dir.parent / 'latest'} is not sweep's link to the latest sweep: left as it is")
-        reused = len(self.results)
+        reused = self.reused = len(self.results)
         self._stop_if_signalled()
         self.display.log(
             f"sweep {plan.meta.sweep_id}: {plan.meta.machine}, global_batch_size={plan.meta.global_batch_size}, "
@@ -320,11 +322,15 @@ class Orchestrator:
     def _recommendation(self) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score
 
-        noise = run_to_run_noise(self.plan.machine)
+        # The noise the drift check saw, where it exceeded the machine's assumed one (core/drift.py).
+        noise = self.drift.noise if self.drift is not None else run_to_run_noise(self.plan.machine)
         conf = confidence_score(
             self.plan.candidates, confidence_view(self.results), predicted_oom=self.predictions.p_exceeds, run_to_run=noise
         )
-        return recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin, noise)
+        rec = recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin, noise)
+        if rec is not None and self.drift is not None:
+            rec["drift"] = self.drift.record()
+        return rec
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """Rewrite trials.csv (and recommendation.yaml), update the display; the rows and recommendation."""
@@ -337,7 +343,8 @@ class Orchestrator:
             if marker != self.last_rec:
                 self.last_rec = marker
                 self.display.log(recommendation_line(rec))
-        self.display.update(rows, f"{len(self.results)} finished, {len(self.in_flight)} running, {len(self.plan.candidates)} candidates")
+        valid = sum(c.valid for c in self.plan.candidates)  # invalid pairs are never candidates to run
+        self.display.update(rows, f"{len(self.results)} finished, {len(self.in_flight)} running, of {valid} valid pairs")
         return rows, rec
 
     def _write_meta(self, state: str) -> None:
@@ -349,6 +356,10 @@ class Orchestrator:
         atomic_write_text(self.plan.sweep_dir / META_FILE, json.dumps(record, indent=2) + "\n")
 
     def _finish(self) -> int:
+        if self.plan.drift_check:
+            from sweep.orchestration.retime import check_drift
+
+            self.drift = check_drift(self, run_to_run_noise(self.plan.machine))
         rows, rec = self._publish(done=True)
         self._write_meta("done")
         counts = {}
@@ -360,6 +371,8 @@ class Orchestrator:
         ]
         if rec is not None:
             summary.append(f"flags: {rec['flags']}")
+        if self.drift is not None:
+            summary.append(self.drift.line())
         if self.plan.search == "powers":
             summary += scaling_lines(self.results)
         summary.append(f"results: {self.plan.sweep_dir / TABLE_FILE}")

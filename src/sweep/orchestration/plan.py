@@ -50,6 +50,7 @@ class SweepPlan:
     keep_jobs_on_interrupt: bool = False
     trust_memory_model: bool = True  # search.trust_memory_model: skip pairs the memory model predicts to OOM
     racing: bool = True  # search.racing: stop running trials that cannot beat the leader
+    drift_check: bool = True  # search.drift_check: re-time the leader and runner-up at the end (orchestration/retime.py)
     overrides: list[str] = field(default_factory=list)
     # What a trial's measurement depends on (core/fingerprint.py), and its digest.
     fingerprint_values: dict[str, Any] = field(default_factory=dict)
@@ -216,6 +217,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
         trust_memory_model=trust_memory_model,
         racing=bool(cfg.search.get("racing", True)),
+        drift_check=bool(cfg.search.get("drift_check", True)),
         overrides=list(arguments),
         fingerprint_values=values,
         fingerprint=fingerprint(values),

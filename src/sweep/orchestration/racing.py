@@ -61,7 +61,7 @@ def losers(
             continue
         candidate = interval(times, global_batch_size)
         if cannot_win(candidate, lead_interval, candidate_steps=len(times), leader_steps=len(lead.step_times_s)):
-            out[key] = race_reason(candidate, lead_interval, lead.key, len(times))
+            out[key] = race_reason(candidate, lead_interval, lead.key)
     return out
 
 

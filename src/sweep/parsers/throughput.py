@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sweep.core.confidence import DEFAULT_SE
-from sweep.core.stats import median, median_interval_ranks
+from sweep.core.stats import median, median_interval_coverage, median_interval_ranks
 from sweep.errors import ThroughputError  # defined there; still importable from here
 from sweep.parsers.lines import Measurement
 
@@ -146,8 +146,7 @@ def interval(values: Sequence[float], level: float = 0.95) -> tuple[float | None
         return x / NOISE_FLOOR_FACTOR, x * NOISE_FLOOR_FACTOR, ONE_FIGURE_NOTE
     s = sorted(values)
     lo, hi = median_interval_ranks(n, level)
-    # P(true median inside [x_(lo), x_(hi)]) = 1 - 2 P(Binomial(n, 1/2) <= lo)
-    coverage = 1.0 - 2.0 * sum(math.comb(n, i) for i in range(lo + 1)) / 2**n
+    coverage = median_interval_coverage(n, lo)
     note = "" if coverage >= level else f"only {n} figures: the interval is their range, {coverage:.0%} coverage, not 95%"
     return s[lo], s[hi], note
 

@@ -1,0 +1,96 @@
+"""Drift inside one sweep (pure): did the machine's run-to-run noise hold while the sweep ran?
+
+The confidence score assumes machine.run_to_run_noise; on a busy host the truth can be several times
+that, and the score is then confidently wrong. At the end of a sweep the orchestrator re-times the
+leader and the runner-up briefly (orchestration/retime.py); each pair then has two figures from two
+trial processes, which is what core/run_to_run.py estimates the noise from. When that estimate is
+above the assumed noise beyond chance (a one-sided chi-square test at 5% on its degrees of freedom:
+two or three re-timed figures say little), the sweep is scored with the noise it saw, and says so.
+What it saw rests on a couple of degrees of freedom, so it is scored with the upper end of that
+estimate's one-sided 80% interval, not its point value: two pairs that both slowed by about as much
+give a small estimate on a host that is anything but quiet (the noisy-host bench: 3.8% seen, 99/100
+on a wrong answer, when scored with the point value).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy.stats import chi2
+
+from sweep.core.run_to_run import Repeat, estimate_run_to_run
+
+SIGNIFICANCE = 0.05  # chance of calling drift on a machine whose noise is as assumed
+MAX_NOISE = 0.49
+SCORED_BOUND = 0.80  # the one-sided bound on the seen noise that is scored with once drift is called
+
+
+@dataclass(frozen=True)
+class Retimed:
+    """One pair measured in the sweep and again at its end."""
+
+    accum: int
+    split: int
+    first: Repeat  # the sweep's own figure (and interval)
+    again: Repeat  # the re-timing's
+
+    @property
+    def moved(self) -> float:
+        """Relative change of the re-timed figure from the first: again / first - 1."""
+        return self.again.throughput / self.first.throughput - 1.0
+
+
+@dataclass(frozen=True)
+class Drift:
+    retimed: tuple[Retimed, ...]
+    assumed: float  # machine.run_to_run_noise the score assumed
+    seen: float  # the run-to-run noise the re-timing shows (relative sd beyond each figure's own error)
+    dof: int  # degrees of freedom behind `seen`
+    exceeded: bool  # seen is above assumed beyond chance
+
+    @property
+    def seen_upper(self) -> float:
+        """The upper end of the seen noise's one-sided SCORED_BOUND interval (chi-square on dof)."""
+        return self.seen * math.sqrt(self.dof / chi2.ppf(1.0 - SCORED_BOUND, self.dof))
+
+    @property
+    def noise(self) -> float:
+        """The noise to score with: what was seen (its upper bound) where it exceeded the assumption, else the assumption."""
+        # Kept inside machine.run_to_run_noise's valid range, [0, 0.5): beyond it every pair is a coin toss anyway.
+        return min(MAX_NOISE, max(self.assumed, self.seen_upper)) if self.exceeded else self.assumed
+
+    def line(self) -> str:
+        """The one line the sweep prints about it."""
+        pairs = " and ".join(f"accum={r.accum} split={r.split} {r.moved:+.1%}" for r in self.retimed)
+        if self.exceeded:
+            return (f"drift: re-timed {pairs}: run-to-run noise {self.seen:.1%} seen, above the {self.assumed:.1%} assumed; "
+                    f"confidence scored with {self.noise:.1%} (its upper {SCORED_BOUND:.0%} bound on {self.dof} degree(s) of freedom)")
+        return f"drift check: re-timed {pairs}: within the {self.assumed:.1%} run-to-run noise assumed"
+
+    def record(self) -> dict:
+        """recommendation.yaml's `drift` block."""
+        return {
+            "assumed_noise": round(self.assumed, 6),
+            "seen_noise": round(self.seen, 6),
+            "dof": self.dof,
+            "exceeded": self.exceeded,
+            "scored_with": round(self.noise, 6),
+            "retimed": [
+                {"accum": r.accum, "split": r.split, "first": round(r.first.throughput, 3), "again": round(r.again.throughput, 3),
+                 "moved": round(r.moved, 4)}
+                for r in self.retimed
+            ],
+        }
+
+
+def drift(retimed: Sequence[Retimed], assumed: float) -> Drift | None:
+    """The drift the re-timed pairs show against the assumed noise; None without a usable re-timing."""
+    usable = tuple(r for r in retimed if r.first.throughput > 0 and r.again.throughput > 0)
+    est = estimate_run_to_run({(r.accum, r.split): [r.first, r.again] for r in usable})
+    if est is None:
+        return None
+    # dof * seen^2 / assumed^2 ~ chi-square(dof) when the noise is as assumed (own errors aside: they err toward more noise).
+    threshold = assumed**2 * chi2.ppf(1.0 - SIGNIFICANCE, est.dof) / est.dof
+    return Drift(usable, assumed, est.noise, est.dof, bool(est.noise**2 > threshold))

@@ -1,0 +1,139 @@
+"""The end-of-sweep drift check (core/drift.py): re-timed pairs that moved more than the assumed
+run-to-run noise allows make the sweep score with the noise seen; moves within it change nothing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sweep.core.confidence import leader_probability
+from sweep.core.drift import Retimed, drift
+from sweep.core.run_to_run import Repeat
+from sweep.core.schema import OK, TrialResult
+
+
+def pair(accum: int, first: float, again: float, width: float = 0.01) -> Retimed:
+    """A pair measured at `first` and re-timed at `again`, each with a +-width 95% interval."""
+    return Retimed(accum, 1, Repeat(first, first * (1 - width), first * (1 + width)), Repeat(again, again * (1 - width), again * (1 + width)))
+
+
+@pytest.mark.parametrize(
+    "moves, assumed, exceeded",
+    [
+        ([(1000, 1005), (900, 897)], 0.07, False),  # well within 7%
+        ([(1000, 1250), (900, 700)], 0.07, True),  # the busy 2-core box: +25% and -22%
+        ([(1000, 1030), (900, 880)], 0.01, True),  # 3% moves on a machine assumed at 1%
+        ([(1000, 1030), (900, 880)], 0.07, False),
+        ([(1000, 1000), (900, 900)], 0.01, False),  # no move at all
+        ([(1000, 1200)], 0.07, False),  # one pair, one degree of freedom: +20% is not beyond chance at 7%
+        ([(1000, 1600)], 0.07, True),
+    ],
+)
+def test_drift_is_called_only_beyond_chance(moves, assumed, exceeded) -> None:
+    d = drift([pair(2**i, a, b) for i, (a, b) in enumerate(moves)], assumed)
+    assert d is not None and d.exceeded is exceeded and d.dof == len(moves)
+    assert d.noise == (min(0.49, max(assumed, d.seen_upper)) if exceeded else assumed)
+    assert d.seen <= d.seen_upper
+    assert d.line().startswith("drift: " if exceeded else "drift check: ")
+    assert len(d.line().splitlines()) == 1
+    record = d.record()
+    assert record["scored_with"] == round(d.noise, 6) and len(record["retimed"]) == len(moves)
+    assert record["retimed"][0]["moved"] == round(moves[0][1] / moves[0][0] - 1, 4)
+
+
+@pytest.mark.parametrize("retimed", [[], [pair(1, 1000, 0)], [pair(1, 0, 1000)]])
+def test_no_drift_verdict_without_a_usable_re_timing(retimed) -> None:
+    assert drift(retimed, 0.07) is None
+
+
+def test_drift_lowers_a_confident_score() -> None:
+    """Two pairs 10% apart: confident at 1% noise, not once the re-timing showed 20%."""
+    def ok(accum: int, tp: float) -> TrialResult:
+        times = [128 / tp * (1 + 0.002 * (i % 3 - 1)) for i in range(12)]
+        return TrialResult(accum=accum, split=1, per_device_batch=128 // accum, joint_batch=128 // accum, global_batch_size=128,
+                           num_devices=1, status=OK, throughput=tp, throughput_low=tp * 0.99, throughput_high=tp * 1.01,
+                           step_times_s=times, steps_measured=12)
+
+    results = {r.key: r for r in (ok(4, 1100.0), ok(8, 1000.0))}
+    d = drift([pair(4, 1100, 1400), pair(8, 1000, 800)], assumed=0.01)
+    assert d is not None and d.exceeded and d.seen > 0.1
+    assumed, seen = leader_probability(results, 0.01), leader_probability(results, d.noise)
+    assert assumed > 0.99 and seen < 0.8
+    assert math.isclose(d.noise, d.seen_upper) and d.seen_upper > d.seen
+
+
+def ok_result(accum: int, split: int, tp: float) -> TrialResult:
+    times = [128 / tp * (1 + 0.002 * (i % 3 - 1)) for i in range(12)]
+    return TrialResult(accum=accum, split=split, per_device_batch=128 // accum, joint_batch=128 // accum // split, global_batch_size=128,
+                       num_devices=1, status=OK, throughput=tp, throughput_low=tp * 0.99, throughput_high=tp * 1.01,
+                       step_times_s=times, steps_measured=12)
+
+
+@pytest.mark.parametrize(
+    "figures, retimed",
+    [
+        ({(4, 2): 1755.0, (8, 1): 1535.0}, [(4, 2), (8, 1)]),  # the CPU demo: 14% apart, a busy host could swap them
+        ({(1, 1): 1100.0, (2, 1): 550.0}, []),  # twice as fast: no drift could change the answer
+        ({(4, 2): 1755.0}, []),  # one pair: nothing to contest
+        ({(4, 2): 1755.0, (8, 1): 1535.0, (16, 1): 1500.0}, [(4, 2), (8, 1)]),  # the leader and the runner-up only
+    ],
+)
+def test_pairs_to_retime(figures, retimed) -> None:
+    from sweep.orchestration.retime import pairs_to_retime
+
+    results = {r.key: r for r in (ok_result(a, s, tp) for (a, s), tp in figures.items())}
+    assert [(r.accum, r.split) for r in pairs_to_retime(results)] == retimed
+
+
+# A command whose speed changes after the sweep's two trials: the re-timings see split=2 30% slower, split=1 30% faster.
+DRIFTING = """
+import os, sys
+accum, split, gbs = (int(a.split("=")[1]) for a in sys.argv[1:4])
+fd = os.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "starts"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+os.write(fd, b"x"); os.close(fd)
+starts = os.path.getsize(os.path.join(os.path.dirname(os.path.abspath(__file__)), "starts"))
+speed = 1.0 if starts <= 2 else (0.7 if split == 2 else 1.3)
+for epoch in range(1, 6):
+    tput = 1000.0 * (1 + split / 10) / accum * speed * (1 + 0.001 * epoch)
+    print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {tput:8.2f} | train_avg_took : {gbs / tput:6.2f}", flush=True)
+"""
+
+
+@pytest.mark.e2e
+def test_a_sweep_whose_pairs_drift_scores_with_the_noise_seen(tmp_path) -> None:
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from sweep.analysis.api import load
+    from sweep.core.schema import read_trial_record
+
+    script = tmp_path / "drifting_train.py"
+    script.write_text(DRIFTING)
+    argv = f'workload.argv=["{sys.executable}","{script}","--accum={{accum}}","--split={{split}}","--global_batch_size={{global_batch_size}}"]'
+    sweep_dir = tmp_path / "s"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "sweep", "workload=command", argv, "search=grid", "accum=1", "split=1,2",
+                           "search.racing=false", "machine.run_to_run_noise=0.01", "trial.time_limit_s=60", f"hydra.sweep.dir={sweep_dir}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "starts").read_text() == "xxxx"  # two trials, two re-timings
+    before_check = proc.stdout.split("drift check: re-timing")[0]
+    assumed_score = int(re.findall(r"confidence (\d+)/100", before_check)[-1])
+    rec = yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
+    assert rec["drift"]["exceeded"] is True and rec["drift"]["seen_noise"] > 0.1
+    assert rec["run_to_run_noise"] == pytest.approx(rec["drift"]["scored_with"], abs=1e-6)
+    assert [(p["accum"], p["split"], round(p["moved"], 2)) for p in rec["drift"]["retimed"]] == [(1, 2, -0.3), (1, 1, 0.3)]
+    assert rec["confidence"] < assumed_score  # the score on the assumed 1% was higher
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("drift")]
+    assert "above the 1.0% assumed" in line
+    # The re-timings sit beside the trials and replace nothing: trials.csv keeps the first figures.
+    again = read_trial_record(sweep_dir / "retime" / "accum1_split2")
+    assert again is not None and again.throughput == pytest.approx(1200 * 0.7, rel=0.01)
+    df = load(sweep_dir)
+    assert df.loc[df["split"] == 2, "throughput_samples_per_s"].item() == pytest.approx(1200, rel=0.01)
+    assert len(df) == 2
