@@ -52,6 +52,10 @@ class SearchConfig:
     # Stop a running trial once its interval lies wholly below the leader's (orchestration/racing.py);
     # false: every trial measures to its own end, e.g. for repeats that sweep.run_to_run compares.
     racing: bool = True
+    # Measure to the decision (core/decision.py, with racing on): also stop a running trial once the
+    # throughput ordering rules it out, or once its interval already lies above every rival's, instead
+    # of timing each pair to trial.target_precision or the cap; false: racing's rule alone.
+    measure_to_decision: bool = True
 
 
 @dataclass

@@ -91,9 +91,11 @@ class Orchestrator:
         self.strategy = make_strategy(
             plan.search, plan.candidates, plan.max_trials, capacity_gib=plan.machine.memory_gib, trust_memory_model=plan.trust_memory_model
         )
-        self.racing = Racing(plan.sweep_dir, plan.meta.global_batch_size)
-        self.predictions = Predictions(plan.sweep_dir, plan.meta, {c.key: c for c in plan.candidates}, plan.machine.memory_gib)
         self.by_key = {c.key: c for c in plan.candidates}
+        self.racing = Racing(
+            plan.sweep_dir, plan.meta.global_batch_size, self.by_key if plan.measure_to_decision else None, plan.trial.measure_steps
+        )
+        self.predictions = Predictions(plan.sweep_dir, plan.meta, self.by_key, plan.machine.memory_gib)
         self.results: dict[str, TrialResult] = {}
         self.in_flight: dict[str, InFlight] = {}
         self.last_rec: tuple[Any, ...] | None = None
@@ -244,7 +246,7 @@ class Orchestrator:
                 self.free_gpus.append(f.gpus)
             self.results[key] = res
             landed += 1
-            self.display.log(landed_line(res) + (" (stopped early by racing: it could not beat the leader)" if res.stopped_early else ""))
+            self.display.log(landed_line(res) + (f" (stopped early: {res.stopped_early})" if res.stopped_early else ""))
         return landed
 
     def _load_finished(self) -> None:

@@ -49,6 +49,7 @@ class SweepPlan:
     keep_jobs_on_interrupt: bool = False
     trust_memory_model: bool = True  # search.trust_memory_model: skip pairs the memory model predicts to OOM
     racing: bool = True  # search.racing: stop running trials that cannot beat the leader
+    measure_to_decision: bool = True  # search.measure_to_decision: stop trials once they cannot change the answer
     overrides: list[str] = field(default_factory=list)
     # What a trial's measurement depends on (core/fingerprint.py), and its digest.
     fingerprint_values: dict[str, Any] = field(default_factory=dict)
@@ -214,6 +215,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
         trust_memory_model=trust_memory_model,
         racing=bool(cfg.search.get("racing", True)),
+        measure_to_decision=bool(cfg.search.get("measure_to_decision", True)),
         overrides=list(arguments),
         fingerprint_values=values,
         fingerprint=fingerprint(values),

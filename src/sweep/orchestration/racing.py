@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sweep.core.decision import Running, decision_stops
 from sweep.core.measure import STOP_FILE, cannot_win, progress_step_times, race_reason
 from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
 from sweep.core.ranking import ranked_ok
@@ -66,11 +67,21 @@ def losers(
 
 
 class Racing:
-    """Writes stop.json for running trials that cannot win; each trial is told once."""
+    """Writes stop.json for running trials that cannot win; each trial is told once.
 
-    def __init__(self, sweep_dir: Path, global_batch_size: int) -> None:
+    With `candidates` (the sweep's pairs by key) it measures to the decision instead
+    (core/decision.py): a trial also stops once the throughput ordering rules it out, or once its
+    interval already separates it from every rival; first_pair_steps is where a pair with no rival
+    measured stops (trial.measure_steps).
+    """
+
+    def __init__(
+        self, sweep_dir: Path, global_batch_size: int, candidates: Mapping[str, Candidate] | None = None, first_pair_steps: int = 8
+    ) -> None:
         self.sweep_dir = sweep_dir
         self.global_batch_size = global_batch_size
+        self.candidates = candidates
+        self.first_pair_steps = first_pair_steps
         self.told: set[str] = set()
 
     def forget(self, key: str) -> None:
@@ -81,7 +92,16 @@ class Racing:
     def stop_losers(self, running: Iterable[str], results: Mapping[str, TrialResult]) -> dict[str, str]:
         """Tell each running trial that cannot win to stop; {key: reason} of those told now."""
         pending = [k for k in running if k not in self.told]
-        stopped = losers(pending, results, self.global_batch_size, lambda k: progress_step_times(trial_dir(self.sweep_dir, k)))
+        if self.candidates is None:
+            stopped = losers(pending, results, self.global_batch_size, lambda k: progress_step_times(trial_dir(self.sweep_dir, k)))
+        else:
+            # Every running trial is a rival of the others, told or not: each one's progress so far.
+            now = {k: Running(self.candidates[k], progress_step_times(trial_dir(self.sweep_dir, k))) for k in running if k in self.candidates}
+            stopped = {
+                k: why
+                for k, why in decision_stops(now, results, self.global_batch_size, first_pair_steps=self.first_pair_steps).items()
+                if k not in self.told
+            }
         for key, reason in stopped.items():
             atomic_write_text(trial_dir(self.sweep_dir, key) / STOP_FILE, json.dumps({"reason": reason, "at": now_iso()}) + "\n")
             self.told.add(key)

@@ -1,0 +1,124 @@
+"""Measure to the decision (pure): stop a running trial once more steps cannot change the answer.
+
+Adaptive measurement (core/measure.py) times a pair until its own median is known to
++-target_precision; on a GPU, where per-step times scatter by 5-7%, that is rarely met before
+the cap, so every pair that fits cost the full cap, whether or not it could be the answer.
+Here the question is the sweep's instead: once a running pair's fit is known (warm-up and
+FIT_KNOWN_STEPS timed steps passed), it is stopped when
+
+1. ordering: a finished roomy pair outranks it by the throughput ordering
+   (core/implications.no_faster_than: no bigger micro-batch, no bigger joint chunk, no split
+   saving) and its own steps so far agree (its median is below that pair's). The ordering is a
+   heuristic; a pair whose first steps contradict it runs on to the rules below;
+2. racing: its 95% interval lies wholly below the leader's (core/measure.cannot_win, with its
+   guards: real intervals on both sides, a margin for run-to-run drift);
+3. separated: its interval lies wholly above every rival's (each finished roomy ok pair, and each
+   running pair with a real interval): it is the answer so far, and more steps would only narrow
+   an interval that already decides. With no rival measured yet, the first pair stops at
+   trial.measure_steps: every later pair is compared with it, and one that lands inside its
+   interval is measured on (rule 3 cannot separate them) to the cap.
+
+A pair that may still be the answer (its interval overlaps the leader's or the runner-up's) runs
+on until the trial's own rule (target precision or the cap) ends it. A stopped trial keeps its
+partial measurement as ok with `stopped_early` saying why, as racing's stops do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sweep.core.implications import no_faster_than
+from sweep.core.measure import MIN_INTERVAL_STEPS, cannot_win, race_reason
+from sweep.core.ranking import ranked_ok
+from sweep.core.schema import TrialResult
+from sweep.core.space import Candidate
+from sweep.core.stats import throughput_summary
+
+# Timed steps after warm-up before a pair's fit counts as known. The built-in RNN-T's first step
+# is its longest batch, so one passed step has met the worst memory the warm-up did not.
+FIT_KNOWN_STEPS = 1
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running trial as the decision sees it: its pair and the timed steps it has reported."""
+
+    cand: Candidate
+    step_times_s: Sequence[float]
+
+
+def _interval(times: Sequence[float], global_batch_size: int) -> tuple[float, Interval]:
+    mid, low, high = throughput_summary(times, global_batch_size)
+    return mid, (low, high)
+
+
+def _has_interval(r: TrialResult) -> bool:
+    return bool(r.throughput_low and r.throughput_high and r.step_times_s)
+
+
+def decision_stop(
+    key: str,
+    running: Mapping[str, Running],
+    results: Mapping[str, TrialResult],
+    global_batch_size: int,
+    *,
+    first_pair_steps: int,
+) -> str | None:
+    """Why the running trial `key` should stop now, or None while it may still change the answer.
+
+    first_pair_steps: where a pair stops with no rival measured (trial.measure_steps).
+    """
+    me = running[key]
+    times = [t for t in me.step_times_s if t > 0]
+    n = len(times)
+    if n < FIT_KNOWN_STEPS:
+        return None
+    mid, mine = _interval(times, global_batch_size)
+    roomy = [r for r in ranked_ok(results) if not r.tight and r.key != key]
+    # 1. the throughput ordering, where the pair's own steps agree with it
+    for r in roomy:
+        if no_faster_than(me.cand, r) and mid < float(r.throughput or 0.0):
+            return (
+                f"stopped after {n} timed step{'s' if n != 1 else ''}: outranked by {r.key} (no bigger micro-batch or "
+                f"joint chunk, and {mid:.4g} samples/s so far against its {float(r.throughput or 0.0):.4g})"
+            )
+    if n < MIN_INTERVAL_STEPS:
+        return None
+    rivals: list[tuple[str, Interval, int]] = [
+        (r.key, (float(r.throughput_low or 0.0), float(r.throughput_high or 0.0)), len(r.step_times_s)) for r in roomy if _has_interval(r)
+    ]
+    for other, run in running.items():
+        other_times = [t for t in run.step_times_s if t > 0]
+        if other != key and len(other_times) >= MIN_INTERVAL_STEPS:
+            rivals.append((other, _interval(other_times, global_batch_size)[1], len(other_times)))
+    # 2. racing: below the finished leader (the best roomy pair with a real interval)
+    lead = next(((k, iv, s) for k, iv, s in rivals if k in results), None)
+    if lead is not None and cannot_win(mine, lead[1], candidate_steps=n, leader_steps=lead[2]):
+        return race_reason(mine, lead[1], lead[0], n)
+    # 3. separated above every rival: the answer so far, already decided
+    if not rivals:
+        if n >= first_pair_steps:
+            return f"stopped after {n} timed steps: no other pair measured yet (each later pair is compared with this one)"
+        return None
+    if all(cannot_win(iv, mine, candidate_steps=steps, leader_steps=n) for _, iv, steps in rivals):
+        runner_up = max(rivals, key=lambda x: x[1][1])
+        return (
+            f"stopped after {n} timed steps: ahead of every measured pair (95% lower bound {mine[0]:.4g} samples/s "
+            f"> the runner-up {runner_up[0]}'s upper bound {runner_up[1][1]:.4g})"
+        )
+    return None
+
+
+def decision_stops(
+    running: Mapping[str, Running], results: Mapping[str, TrialResult], global_batch_size: int, *, first_pair_steps: int
+) -> dict[str, str]:
+    """{key: reason} for every running trial that should stop now."""
+    out = {}
+    for key in running:
+        reason = decision_stop(key, running, results, global_batch_size, first_pair_steps=first_pair_steps)
+        if reason:
+            out[key] = reason
+    return out

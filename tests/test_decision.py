@@ -1,0 +1,90 @@
+"""Measure to the decision (core/decision.py): which running trials stop, and why, on known intervals;
+and the orchestrator's side (orchestration/racing.py) writing stop.json for them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from sweep.core.decision import Running, decision_stop, decision_stops
+from sweep.core.measure import STOP_FILE, progress_record, write_progress
+from sweep.core.schema import Status, TrialResult, trial_dir
+from sweep.core.space import enumerate_candidates
+from sweep.core.stats import throughput_summary
+from sweep.orchestration.racing import Racing
+
+GBS = 64
+PAIRS = {c.key: c for c in enumerate_candidates(GBS, 1, None, None) if c.valid}
+STEADY = [0.010, 0.0101, 0.0099, 0.010, 0.0102, 0.0098, 0.010, 0.0100]  # ~6400 samples/s, +-2%
+
+
+def ok(key: str, times: list[float], tight: bool = False) -> TrialResult:
+    c = PAIRS[key]
+    mid, low, high = throughput_summary(times, GBS)
+    return TrialResult(
+        **c.numbers(GBS, 1), status=Status.OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high, tight=tight
+    )
+
+
+def stop(key: str, times: list[float], results: dict, others: dict | None = None) -> str | None:
+    running = {key: Running(PAIRS[key], times), **{k: Running(PAIRS[k], t) for k, t in (others or {}).items()}}
+    return decision_stop(key, running, results, GBS, first_pair_steps=8)
+
+
+def test_an_outranked_pair_stops_after_one_step_when_its_step_agrees_with_the_ordering():
+    # accum4_split2 (p=16, j=8) has no bigger micro-batch or joint chunk than accum2_split1 (p=32, j=32).
+    results = {"accum2_split1": ok("accum2_split1", STEADY)}
+    why = stop("accum4_split2", [0.02], results)
+    assert why is not None and "outranked by accum2_split1" in why and "after 1 timed step:" in why
+    # Its first step contradicts the heuristic (faster than the pair said to outrank it): it runs on.
+    assert stop("accum4_split2", [0.005], results) is None
+    # No timed step yet: its fit is not known.
+    assert stop("accum4_split2", [], results) is None
+    # A tight pair outranks nothing: it is not what the sweep recommends.
+    assert stop("accum4_split2", [0.02], {"accum2_split1": ok("accum2_split1", STEADY, tight=True)}) is None
+
+
+def test_a_pair_below_the_leader_stops_as_racing_would_and_one_inside_its_interval_runs_on():
+    results = {"accum1_split2": ok("accum1_split2", STEADY)}
+    slow = [0.1, 0.12, 0.08, 0.1, 0.12, 0.08]
+    why = stop("accum2_split1", slow, results)  # p smaller, j bigger: the ordering cannot decide
+    assert why is not None and "cannot beat the leader accum1_split2" in why
+    assert stop("accum2_split1", slow[:5], results) is None  # five steps: no 95% interval yet
+    assert stop("accum2_split1", [t * 1.01 for t in STEADY], results) is None  # a tie: measured on to the cap
+
+
+def test_a_pair_above_every_rival_stops_once_separated():
+    results = {"accum1_split2": ok("accum1_split2", [t * 3 for t in STEADY]), "accum4_split1": ok("accum4_split1", [t * 5 for t in STEADY])}
+    why = stop("accum2_split1", STEADY[:6], results)
+    assert why is not None and "ahead of every measured pair" in why and "runner-up accum1_split2" in why
+    # A running rival as fast as it keeps both measuring.
+    assert stop("accum2_split1", STEADY[:6], results, {"accum8_split1": STEADY}) is None
+
+
+def test_the_first_pair_stops_at_measure_steps_and_not_before():
+    assert stop("accum2_split1", STEADY[:7], {}) is None
+    assert "no other pair measured yet" in (stop("accum2_split1", STEADY, {}) or "")
+
+
+def test_racing_with_candidates_writes_the_decision_to_stop_json_once(tmp_path):
+    results = {"accum2_split1": ok("accum2_split1", STEADY)}
+    write_progress(trial_dir(tmp_path, "accum4_split2"), progress_record([0.02]))
+    write_progress(trial_dir(tmp_path, "accum1_split1"), progress_record([0.011]))  # p=64 > 32: may be faster
+    racing = Racing(tmp_path, GBS, PAIRS, first_pair_steps=8)
+    told = racing.stop_losers(["accum4_split2", "accum1_split1"], results)
+    assert list(told) == ["accum4_split2"]
+    record = json.loads((trial_dir(tmp_path, "accum4_split2") / STOP_FILE).read_text())
+    assert "outranked by accum2_split1" in record["reason"]
+    assert not (trial_dir(tmp_path, "accum1_split1") / STOP_FILE).exists()
+    assert racing.stop_losers(["accum4_split2", "accum1_split1"], results) == {}  # told once
+    # Without candidates, racing's rule alone: one step decides nothing.
+    racing_only = Racing(tmp_path, GBS)
+    racing_only.forget("accum4_split2")
+    assert racing_only.stop_losers(["accum4_split2"], results) == {}
+
+
+def test_decision_stops_covers_every_running_trial():
+    results = {"accum2_split1": ok("accum2_split1", STEADY)}
+    running = {k: Running(PAIRS[k], t) for k, t in {"accum4_split2": [0.02], "accum8_split1": [0.04] * 3}.items()}
+    assert set(decision_stops(running, results, GBS, first_pair_steps=8)) == {"accum4_split2", "accum8_split1"}
+    assert decision_stops(running, {k: replace(v, tight=True) for k, v in results.items()}, GBS, first_pair_steps=8) == {}
