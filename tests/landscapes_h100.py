@@ -147,12 +147,13 @@ def load(name: str) -> RecordedLandscape:
             continue
         if oom_implied(c, results):
             land.model_peaks[c.key] = math.inf
-        elif fit_implied(c, results):
-            land.model_peaks[c.key] = min(float(r.peak_reserved_gib or 0.0) for r in results
-                                          if r.status == OK and c.split <= r.split and c.joint_batch <= r.joint_batch)
-        else:
-            pred = predict_peak(fit, c)
-            land.model_peaks[c.key] = pred.peak_gib if pred is not None else math.inf  # unknown: treated as not fitting
+            continue
+        pred = predict_peak(fit, c)
+        peak = pred.peak_gib if pred is not None else math.inf  # unknown: treated as not fitting
+        if fit_implied(c, results):  # an ok pair needing at least as much bounds it
+            peak = min(peak, min(float(r.peak_reserved_gib or 0.0) for r in results
+                                 if r.status == OK and c.split <= r.split and c.joint_batch <= r.joint_batch))
+        land.model_peaks[c.key] = peak
     return land
 
 
