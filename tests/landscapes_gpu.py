@@ -137,14 +137,17 @@ class Outcome:
     screening: dict[str, TrialResult] = field(default_factory=dict)
 
 
-class _List:
-    """A fixed list of pairs, run in order (the confirmations)."""
+class _Confirm:
+    """The confirmations: core/screening.confirm_candidates, one full trial at a time."""
 
-    def __init__(self, cands: list[Candidate]) -> None:
-        self.cands = cands
+    def __init__(self, screening: Mapping[str, TrialResult]) -> None:
+        self.screening = screening
 
     def propose(self, finished: Mapping[str, TrialResult], in_flight: Any) -> Proposal:
-        left = [c for c in self.cands if c.key not in finished and c.key not in in_flight]
+        from sweep.core.screening import confirm_candidates
+
+        left = [Candidate(r.accum, r.split, r.per_device_batch, r.joint_batch, True) for r in confirm_candidates(self.screening, finished)]
+        left = [c for c in left if c.key not in in_flight]
         return Proposal(left, done=not left and not in_flight)
 
 
@@ -156,6 +159,7 @@ class _Trial:
     oom_at: float | None  # when it runs out of memory, if it does before the cap
     ranks: int
     times: list[float]
+    ooms: bool  # runs out of memory at some step, maybe beyond the cap
     done: int = 0
     final: TrialResult | None = None  # decided; waiting for its stress step to end
 
@@ -198,7 +202,7 @@ def run_phase(
             oom_at = None
             if status == OOM and (oom_step or 0) < max_steps:
                 oom_at = t0 + warm[0] if not oom_step else ends[oom_step]  # during warm-up, or during step oom_step + 1
-            running[c.key] = _Trial(c, now, ends, oom_at, ranks, times)
+            running[c.key] = _Trial(c, now, ends, oom_at, ranks, times, ooms=status == OOM)
             slot_of[c.key] = slot
             seq += 1
             heapq.heappush(queue, (oom_at if oom_at is not None and oom_at <= ends[0] else ends[0], seq, c.key))
@@ -217,7 +221,7 @@ def run_phase(
             reason = _stop(land, key, running, finished, gbs, policy, steps, max_steps)
             if reason is not None:
                 # With a stress step, one more (worst) step; it meets the OOM the recording met later.
-                result = _result(land, tr, gbs, OOM if policy.stress_step and tr.oom_at is not None else OK, steps, reason)
+                result = _result(land, tr, gbs, OOM if policy.stress_step and tr.ooms else OK, steps, reason)
                 if policy.stress_step:
                     tr.final, result = result, None
                     seq += 1
@@ -286,17 +290,10 @@ def eight_gpu_host(land: GpuLandscape, policy: Policy, seed: int, devices: int =
         return Outcome(phase.gpu_s, phase.wall_s, pick_of(phase.results), len(phase.results))
     # Screening is coarse (at most trial.measure_steps): what it cannot separate, a full trial confirms.
     screen = run_phase(land, strategy, policy, rng, slots=devices, ranks=1, gbs=128, max_steps=MEASURE_STEPS)
-    top = confirm_list(screen.results)
-    confirm = run_phase(land, _List(top), policy, rng, slots=1, ranks=devices, gbs=gbs, first_start=screen.wall_s)
-    return Outcome(screen.gpu_s + confirm.gpu_s, confirm.wall_s, pick_of(confirm.results),
-                   len(screen.results) + len(confirm.results), screen.results)
-
-
-def confirm_list(screening: Mapping[str, TrialResult]) -> list[Candidate]:
-    """The screened pairs inside the noise of the leader (roomy, interval reaching its lower bound), fastest first."""
-    from sweep.core.screening import confirm_candidates
-
-    return [Candidate(r.accum, r.split, r.per_device_batch, r.joint_batch, True) for r in confirm_candidates(screening)]
+    # The pairs inside the leader's noise; when none of them ends roomy and ok, the next screened pairs.
+    confirm = _Confirm(screen.results)
+    full = run_phase(land, confirm, policy, rng, slots=1, ranks=devices, gbs=gbs, first_start=screen.wall_s)
+    return Outcome(screen.gpu_s + full.gpu_s, full.wall_s, pick_of(full.results), len(screen.results) + len(full.results), screen.results)
 
 
 def grid_answer(land: GpuLandscape, seed: int) -> tuple[str | None, dict[str, float], float]:

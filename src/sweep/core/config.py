@@ -56,6 +56,11 @@ class SearchConfig:
     # throughput ordering rules it out, or once its interval already lies above every rival's, instead
     # of timing each pair to trial.target_precision or the cap; false: racing's rule alone.
     measure_to_decision: bool = True
+    # Parallel screening with machine.num_devices=N > 1 (core/screening.py): first every candidate as a
+    # one-rank trial at global_batch_size / N, N at a time, one per device (one-GPU jobs on Slurm), kept
+    # in <sweep dir>/screening/; then the pairs inside the leader's noise as full N-device trials, which
+    # the table and recommendation rest on. auto: on CUDA only (CPU ranks would share cores); on; off.
+    screen: str = "auto"
 
 
 @dataclass

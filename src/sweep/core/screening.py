@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sweep.core.ranking import ranked_ok
-from sweep.core.schema import TrialResult
+from sweep.core.schema import OK, TrialResult
 
 SCREEN_MODES = ("auto", "on", "off")
 SCREENING_DIR = "screening"  # under the sweep dir: the one-rank trials, a sweep dir of their own
@@ -30,13 +30,20 @@ def screening_batch(global_batch_size: int, num_devices: int) -> int:
     return global_batch_size // num_devices
 
 
-def confirm_candidates(screening: Mapping[str, TrialResult]) -> list[TrialResult]:
-    """The screened pairs a full trial must confirm, fastest first: the leader (the fastest roomy pair)
-    and every roomy pair whose interval reaches the leader's lower bound (inside its noise). A tight
-    pair is confirmed too when it may outrun the leader: the full trial's own peak decides its room."""
+def confirm_candidates(screening: Mapping[str, TrialResult], confirmed: Mapping[str, TrialResult] | None = None) -> list[TrialResult]:
+    """The screened pairs still to confirm with a full trial, fastest first.
+
+    The leader (the fastest roomy screened pair) and every screened pair whose interval reaches
+    the leader's lower bound (inside its noise; a tight one too, as the full trial's own peak decides
+    its room). When every pair confirmed so far failed, ran out of memory or was tight, the next
+    screened pairs in order: the table's answer must rest on a full trial.
+    """
+    done = dict(confirmed or {})
     ranked = [r for r in ranked_ok(screening) if r.throughput_high]
     lead = next((r for r in ranked if not r.tight), None)
-    if lead is None:
-        return ranked[:1]
-    floor = float(lead.throughput_low or lead.throughput or 0.0)
-    return [r for r in ranked if r is lead or float(r.throughput_high or 0.0) >= floor]
+    floor = float(lead.throughput_low or lead.throughput or 0.0) if lead is not None else 0.0
+    noise = [r for r in ranked if r is lead or float(r.throughput_high or 0.0) >= floor] if lead is not None else ranked[:1]
+    if any(r.status == OK and not r.tight for r in done.values()):
+        return [r for r in noise if r.key not in done]
+    left = [r for r in noise if r.key not in done]
+    return left or [r for r in ranked if r.key not in done][:1]

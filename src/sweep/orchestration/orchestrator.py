@@ -77,18 +77,27 @@ def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25
         exit_code = 0
         return exit_code
     check_runnable_here(plan)
-    exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s).run()
+    strategy = None
+    if plan.screen:  # one-rank screening first; the full trials then confirm its leaders
+        from sweep.orchestration.screening import run_screening
+
+        strategy, code = run_screening(plan, poll_interval_s)
+        if strategy is None:
+            exit_code = code
+            return exit_code
+    exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s, strategy=strategy).run()
     return exit_code
 
 
 class Orchestrator:
-    def __init__(self, plan: SweepPlan, poll_interval_s: float = 0.25, display: Display | None = None) -> None:
+    def __init__(self, plan: SweepPlan, poll_interval_s: float = 0.25, display: Display | None = None, strategy: Any = None) -> None:
         from sweep.core.strategies import make_strategy
 
         self.plan = plan
         self.poll_interval_s = poll_interval_s
         self.display = display or Display(plan.live)
-        self.strategy = make_strategy(
+        # strategy: another proposer than plan.search's (screening's confirmations, orchestration/screening.py)
+        self.strategy = strategy or make_strategy(
             plan.search, plan.candidates, plan.max_trials, capacity_gib=plan.machine.memory_gib, trust_memory_model=plan.trust_memory_model
         )
         self.by_key = {c.key: c for c in plan.candidates}

@@ -1,0 +1,110 @@
+"""Parallel screening (orchestration/screening.py, core/screening.py) driven end to end on a CPU host:
+torch is made to report 4 CUDA devices, as tests/test_gpu_groups.py does; a sweep with
+machine.num_devices=2 screens every pair as one-rank trials at half the global batch, side by side on
+disjoint single devices, then confirms the leaders with full 2-device trials."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sweep.core.schema import Status, TrialResult
+from sweep.core.screening import confirm_candidates, screens
+from sweep.core.stats import throughput_summary
+
+# Records what it was given; reports a throughput the default (Myrtle) parser reads. accum=1 and 2
+# are within a few percent of each other, accum=4 and 8 far slower.
+SCRIPT = r'''
+import json, os, sys, time
+accum, gbs, ndev, ledger = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+start = time.time()
+time.sleep(1.5)
+name = f"accum{accum}_n{ndev}_{os.getpid()}.json"
+with open(os.path.join(ledger, name), "w") as f:
+    json.dump({"accum": accum, "gbs": gbs, "ndev": ndev, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start, "end": time.time()}, f)
+speed = {1: 1000.0, 2: 980.0, 4: 500.0, 8: 250.0}[accum]
+for epoch in (1, 2, 3):
+    print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {speed:8.2f} | train_avg_took : {0.016 * accum:6.2f}", flush=True)
+'''
+
+
+def test_screening_modes():
+    assert screens("auto", 8) and screens("on", 2) and not screens("off", 8) and not screens("auto", 1)
+    with pytest.raises(ValueError, match="search.screen='sometimes' is not valid: expected one of auto, on, off"):
+        screens("sometimes", 8)
+
+
+def _ok(accum: int, times: list[float], tight: bool = False) -> TrialResult:
+    mid, low, high = throughput_summary(times, 64)
+    return TrialResult(accum=accum, split=1, per_device_batch=64 // accum, joint_batch=64 // accum, global_batch_size=64, num_devices=1,
+                       status=Status.OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high, tight=tight)
+
+
+def test_the_pairs_inside_the_leaders_noise_are_confirmed_and_a_failed_confirmation_opens_the_next():
+    steady = [0.010, 0.0101, 0.0099, 0.010, 0.0102, 0.0098, 0.010, 0.0100]
+    screened = {r.key: r for r in (_ok(1, steady), _ok(2, [t * 1.01 for t in steady]), _ok(4, [t * 2 for t in steady]))}
+    assert [r.key for r in confirm_candidates(screened)] == ["accum1_split1", "accum2_split1"]
+    # Both confirmations ran out of memory as full trials: the next screened pair is confirmed.
+    ooms = {k: TrialResult(accum=r.accum, split=1, per_device_batch=r.per_device_batch, joint_batch=r.joint_batch, global_batch_size=128,
+                           num_devices=2, status=Status.OOM) for k, r in screened.items() if k != "accum4_split1"}
+    assert [r.key for r in confirm_candidates(screened, ooms)] == ["accum4_split1"]
+
+
+def run_in_process(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
+    from sweep.cli.main import main
+
+    monkeypatch.setattr(sys, "argv", ["sweep", *args])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.delenv("SWEEP_DEBUG", raising=False)
+    return main()
+
+
+@pytest.mark.e2e
+def test_a_two_device_sweep_screens_one_rank_trials_side_by_side_then_confirms_with_full_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 1024**3, name=f"Fake80GB{i}"))
+    script, ledger, sweep_dir = tmp_path / "train.py", tmp_path / "ledger", tmp_path / "sweep"
+    script.write_text(SCRIPT)
+    ledger.mkdir()
+    code = run_in_process(
+        [
+            "workload=command", f"workload.argv=[{sys.executable},{script},'{{accum}}','{{global_batch_size}}','{{num_devices}}',{ledger}]",
+            "machine.name=fake4gpu", "machine.device=cuda", "machine.num_devices=2", "hydra.launcher.tasks_per_node=2",
+            "machine.memory_gib=80", "global_batch_size=128", "search=grid", "accum=1,2,4,8", "split=1", "trial.time_limit_s=60",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        monkeypatch,
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    seen = [json.loads(p.read_text()) for p in ledger.glob("*.json")]
+    screening = [r for r in seen if r["ndev"] == 1]
+    full = [r for r in seen if r["ndev"] == 2]
+    # Every pair screened once, one rank at half the global batch, on one device of its own, some side by side.
+    assert sorted(r["accum"] for r in screening) == [1, 2, 4, 8] and {r["gbs"] for r in screening} == {64}
+    assert all(r["visible"] in {"0", "1", "2", "3"} for r in screening)
+    side_by_side = [(a, b) for a, b in itertools.combinations(screening, 2) if a["start"] < b["end"] and b["start"] < a["end"]]
+    assert side_by_side and all(a["visible"] != b["visible"] for a, b in side_by_side)
+    # Only the two pairs inside the leader's noise ran as full trials, at the full global batch, after screening.
+    assert {r["accum"] for r in full} == {1, 2} and {r["gbs"] for r in full} == {128}
+    assert min(r["start"] for r in full) > max(r["end"] for r in screening)
+    # The table rests on the full trials; the screening rows are kept in their own sweep dir.
+    rows = {r["accum"]: r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+    assert {a for a, r in rows.items() if r["status"] == "ok"} == {"1", "2"}
+    assert all(r["num_devices"] == "2" for r in rows.values())
+    screened = {r["accum"]: r for r in csv.DictReader((sweep_dir / "screening" / "trials.csv").open())}
+    assert {a for a, r in screened.items() if r["status"] == "ok"} == {"1", "2", "4", "8"}
+    assert all(r["num_devices"] == "1" and r["global_batch_size"] == "64" for r in screened.values())
+    assert "screening: 4 pairs as one-rank trials at global_batch_size=64" in out.out
+    assert "recommended accum=1 split=1" in out.out.split("screening")[-1]
