@@ -23,15 +23,15 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from landscapes import Landscape
 
-from sweep.core.decision import Running, decision_stop
+from sweep.core.decision import Running, cancel_reason, decision_stop
 from sweep.core.measure import cannot_win, enough_measured, race_reason
 from sweep.core.ranking import ranked_ok
-from sweep.core.schema import OK, OOM, TrialResult
+from sweep.core.schema import CANCELLED, OK, OOM, TrialResult
 from sweep.core.space import Candidate
 from sweep.core.stats import throughput_summary
 from sweep.core.strategies import Proposal, make_strategy
@@ -113,6 +113,7 @@ class Policy:
     # The last step is the worst batch (the rnnt helper's stress step): assumed to show a late OOM that
     # the recording met later on, whenever the trial stops; it costs one more step.
     stress_step: bool = False
+    cancel_outranked: bool = False  # screening: a trial the ordering rules out before its first timed step is cancelled
 
 
 OLD = Policy("today: fresh process per trial, adaptive to the cap, racing, one trial at a time")
@@ -206,9 +207,12 @@ def run_phase(
             slot_of[c.key] = slot
             seq += 1
             heapq.heappush(queue, (oom_at if oom_at is not None and oom_at <= ends[0] else ends[0], seq, c.key))
-        if not queue:
+        if not running:
             return Phase(finished, now, gpu_s)
-        now, _, key = heapq.heappop(queue)
+        at, _, key = heapq.heappop(queue)
+        if key not in running:
+            continue  # cancelled: its next step never comes
+        now = at
         tr = running[key]
         result: TrialResult | None = tr.final
         if result is not None:
@@ -230,12 +234,19 @@ def run_phase(
                 nxt = tr.events[tr.done]
                 seq += 1
                 heapq.heappush(queue, (tr.oom_at if tr.oom_at is not None and tr.oom_at <= nxt else nxt, seq, key))
-        if result is not None:
-            result.wall_s = now - tr.started
-            gpu_s += result.wall_s * tr.ranks
-            finished[key] = result
-            del running[key]
-            free_slots.append(slot_of.pop(key))
+        done = [(key, result)] if result is not None else []
+        if result is not None and result.status == OK and policy.cancel_outranked:
+            landed = {**finished, key: result}
+            for other, t in running.items():
+                why = cancel_reason(t.cand, landed) if other != key and t.done == 0 and t.final is None else None
+                if why:
+                    done.append((other, TrialResult(**t.cand.numbers(gbs, t.ranks), status=CANCELLED, error=why)))
+        for k, res in done:
+            t = running.pop(k)
+            res.wall_s = now - t.started
+            gpu_s += res.wall_s * t.ranks
+            finished[k] = res
+            free_slots.append(slot_of.pop(k))
 
 
 def _stop(
@@ -289,7 +300,7 @@ def eight_gpu_host(land: GpuLandscape, policy: Policy, seed: int, devices: int =
         phase = run_phase(land, strategy, policy, rng, slots=1, ranks=devices, gbs=gbs)
         return Outcome(phase.gpu_s, phase.wall_s, pick_of(phase.results), len(phase.results))
     # Screening is coarse (at most trial.measure_steps): what it cannot separate, a full trial confirms.
-    screen = run_phase(land, strategy, policy, rng, slots=devices, ranks=1, gbs=128, max_steps=MEASURE_STEPS)
+    screen = run_phase(land, strategy, replace(policy, cancel_outranked=True), rng, slots=devices, ranks=1, gbs=128, max_steps=MEASURE_STEPS)
     # The pairs inside the leader's noise; when none of them ends roomy and ok, the next screened pairs.
     confirm = _Confirm(screen.results)
     full = run_phase(land, confirm, policy, rng, slots=1, ranks=devices, gbs=gbs, first_start=screen.wall_s)

@@ -59,6 +59,24 @@ def _has_interval(r: TrialResult) -> bool:
     return bool(r.throughput_low and r.throughput_high and r.step_times_s)
 
 
+def outranking(cand: Candidate, results: Mapping[str, TrialResult]) -> list[TrialResult]:
+    """The finished roomy ok pairs that outrank `cand` by the throughput ordering, fastest first."""
+    return [r for r in ranked_ok(results) if not r.tight and r.key != cand.key and no_faster_than(cand, r)]
+
+
+def cancel_reason(cand: Candidate, results: Mapping[str, TrialResult]) -> str | None:
+    """Why a screening trial still before its first timed step is not needed, or None.
+
+    The throughput ordering rules it out as it rules out the pairs the staircase does not launch:
+    a screening trial outranked before it timed a step is treated like one of those (its job is
+    cancelled), since what it would add, screening's coarse figure, cannot change which pairs
+    the full trials confirm."""
+    by = outranking(cand, results)
+    if not by:
+        return None
+    return f"cancelled before its first timed step: outranked by {by[0].key} (no bigger micro-batch or joint chunk)"
+
+
 def decision_stop(
     key: str,
     running: Mapping[str, Running],
@@ -79,8 +97,8 @@ def decision_stop(
     mid, mine = _interval(times, global_batch_size)
     roomy = [r for r in ranked_ok(results) if not r.tight and r.key != key]
     # 1. the throughput ordering, where the pair's own steps agree with it
-    for r in roomy:
-        if no_faster_than(me.cand, r) and mid < float(r.throughput or 0.0):
+    for r in outranking(me.cand, results):
+        if mid < float(r.throughput or 0.0):
             return (
                 f"stopped after {n} timed step{'s' if n != 1 else ''}: outranked by {r.key} (no bigger micro-batch or "
                 f"joint chunk, and {mid:.4g} samples/s so far against its {float(r.throughput or 0.0):.4g})"

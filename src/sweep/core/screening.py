@@ -33,17 +33,21 @@ def screening_batch(global_batch_size: int, num_devices: int) -> int:
 def confirm_candidates(screening: Mapping[str, TrialResult], confirmed: Mapping[str, TrialResult] | None = None) -> list[TrialResult]:
     """The screened pairs still to confirm with a full trial, fastest first.
 
-    The leader (the fastest roomy screened pair) and every screened pair whose interval reaches
-    the leader's lower bound (inside its noise; a tight one too, as the full trial's own peak decides
-    its room). When every pair confirmed so far failed, ran out of memory or was tight, the next
-    screened pairs in order: the table's answer must rest on a full trial.
+    The leader (the fastest roomy screened pair) and every roomy screened pair whose interval
+    reaches the leader's lower bound (inside its noise). A pair tight at one rank is left out while
+    a roomy one is there: a full trial's ranks need at least that memory (DDP adds its buckets), so
+    it would be tight again. When every pair confirmed so far failed, ran out of memory or was
+    tight, the next screened pairs in order: the table's answer must rest on a full trial.
     """
     done = dict(confirmed or {})
     ranked = [r for r in ranked_ok(screening) if r.throughput_high]
-    lead = next((r for r in ranked if not r.tight), None)
-    floor = float(lead.throughput_low or lead.throughput or 0.0) if lead is not None else 0.0
-    noise = [r for r in ranked if r is lead or float(r.throughput_high or 0.0) >= floor] if lead is not None else ranked[:1]
-    if any(r.status == OK and not r.tight for r in done.values()):
-        return [r for r in noise if r.key not in done]
+    roomy = [r for r in ranked if not r.tight]
+    if not roomy:
+        return [r for r in ranked if r.key not in done][:1]
+    lead = roomy[0]
+    floor = float(lead.throughput_low or lead.throughput or 0.0)
+    noise = [r for r in roomy if r is lead or float(r.throughput_high or 0.0) >= floor]
     left = [r for r in noise if r.key not in done]
-    return left or [r for r in ranked if r.key not in done][:1]
+    if left or any(r.status == OK and not r.tight for r in done.values()):
+        return left
+    return [r for r in roomy if r.key not in done][:1]
