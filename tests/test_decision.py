@@ -88,3 +88,12 @@ def test_decision_stops_covers_every_running_trial():
     running = {k: Running(PAIRS[k], t) for k, t in {"accum4_split2": [0.02], "accum8_split1": [0.04] * 3}.items()}
     assert set(decision_stops(running, results, GBS, first_pair_steps=8)) == {"accum4_split2", "accum8_split1"}
     assert decision_stops(running, {k: replace(v, tight=True) for k, v in results.items()}, GBS, first_pair_steps=8) == {}
+
+
+def test_a_screening_trial_outranked_before_its_first_step_is_not_needed():
+    from sweep.core.decision import cancel_reason
+
+    results = {"accum2_split1": ok("accum2_split1", STEADY)}
+    assert "outranked by accum2_split1" in (cancel_reason(PAIRS["accum8_split1"], results) or "")
+    assert cancel_reason(PAIRS["accum1_split1"], results) is None  # a bigger micro-batch may be faster
+    assert cancel_reason(PAIRS["accum8_split1"], {"accum2_split1": ok("accum2_split1", STEADY, tight=True)}) is None

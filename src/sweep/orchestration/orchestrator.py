@@ -287,6 +287,10 @@ class Orchestrator:
         for key, reason in self.racing.stop_losers(list(self.in_flight), self.results).items():
             f = self.in_flight[key]
             self.display.log(f"accum={f.cand.accum} split={f.cand.split}: stopping it, {reason}")
+        if self.plan.cancel_outranked:  # a screening sweep's trials not yet timing a step (orchestration/screening.py)
+            from sweep.orchestration.screening import cancel_outranked
+
+            cancel_outranked(self)
 
     def _update_predicted(self) -> int:
         """Record and log the pairs the strategy will not launch on the memory model's word; how many changed."""

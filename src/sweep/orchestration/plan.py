@@ -51,6 +51,9 @@ class SweepPlan:
     racing: bool = True  # search.racing: stop running trials that cannot beat the leader
     measure_to_decision: bool = True  # search.measure_to_decision: stop trials once they cannot change the answer
     screen: bool = False  # search.screen resolved: one-rank screening first, then full trials (orchestration/screening.py)
+    # A screening sweep cancels a trial the throughput ordering rules out before its first timed step
+    # (core/decision.cancel_reason), as the strategy would not have launched it; never for the grid.
+    cancel_outranked: bool = False
     overrides: list[str] = field(default_factory=list)
     # What a trial's measurement depends on (core/fingerprint.py), and its digest.
     fingerprint_values: dict[str, Any] = field(default_factory=dict)

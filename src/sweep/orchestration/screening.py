@@ -45,6 +45,7 @@ def screening_plan(plan: SweepPlan) -> SweepPlan:
     return replace(
         plan, meta=meta, sweep_dir=sweep_dir, machine=machine, trial=trial, launcher=launcher, max_in_flight=n,
         time_limit_s=float(trial.time_limit_s), fingerprint_values=values, fingerprint=fingerprint(values), screen=False,
+        cancel_outranked=plan.search != "grid",
         started_at=str(stored.get("started_at") or plan.started_at),
     )
 
@@ -68,6 +69,23 @@ class Confirm:
 
     def predicted_ooms(self, finished: Mapping[str, TrialResult]) -> dict[str, PeakPrediction]:
         return {}  # the screening trials measured every pair's memory at this per-device batch
+
+
+def cancel_outranked(orchestrator: Any) -> None:
+    """Cancel the running screening trials that the ordering rules out before their first timed step."""
+    from sweep.core.decision import cancel_reason
+    from sweep.core.measure import progress_step_times
+    from sweep.core.schema import trial_dir
+    from sweep.launch import backend as backends
+
+    for key, f in orchestrator.in_flight.items():
+        if f.cancelled or progress_step_times(trial_dir(orchestrator.plan.sweep_dir, key)):
+            continue
+        why = cancel_reason(f.cand, orchestrator.results)
+        if why:
+            f.cancelled = True
+            backends.cancel_job(f.job, orchestrator.cluster)
+            orchestrator.display.log(f"accum={f.cand.accum} split={f.cand.split}: {why}")
 
 
 def run_screening(plan: SweepPlan, poll_interval_s: float) -> tuple[Confirm | None, int]:
