@@ -81,7 +81,7 @@ def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25
     if plan.screen:  # one-rank screening first; the full trials then confirm its leaders
         from sweep.orchestration.screening import run_screening
 
-        strategy, code = run_screening(plan, poll_interval_s)
+        strategy, code = run_screening(plan, lambda sub: Orchestrator(sub, poll_interval_s=poll_interval_s))
         if strategy is None:
             exit_code = code
             return exit_code

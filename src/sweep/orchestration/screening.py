@@ -14,7 +14,7 @@ With machine.num_devices=N > 1 (search.screen=auto on CUDA, or on), a sweep runs
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -88,12 +88,11 @@ def cancel_outranked(orchestrator: Any) -> None:
             orchestrator.display.log(f"accum={f.cand.accum} split={f.cand.split}: {why}")
 
 
-def run_screening(plan: SweepPlan, poll_interval_s: float) -> tuple[Confirm | None, int]:
-    """Run the screening phase; (the confirmation strategy, or None when it was interrupted; its exit status)."""
-    from sweep.orchestration.orchestrator import Orchestrator
-
+def run_screening(plan: SweepPlan, orchestrator_for: Callable[[SweepPlan], Any]) -> tuple[Confirm | None, int]:
+    """Run the screening phase with the orchestrator `orchestrator_for` makes for its plan;
+    (the confirmation strategy, or None when it was interrupted; its exit status)."""
     sub = screening_plan(plan)
-    orchestrator = Orchestrator(sub, poll_interval_s=poll_interval_s)
+    orchestrator = orchestrator_for(sub)
     orchestrator.display.log(
         f"screening: {sum(c.valid for c in plan.candidates)} pairs as one-rank trials at global_batch_size={sub.meta.global_batch_size}, "
         f"{sub.max_in_flight} at a time, in {sub.sweep_dir}; then full {plan.meta.num_devices}-device trials confirm the leaders"
