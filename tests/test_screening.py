@@ -108,3 +108,33 @@ def test_a_two_device_sweep_screens_one_rank_trials_side_by_side_then_confirms_w
     assert all(r["num_devices"] == "1" and r["global_batch_size"] == "64" for r in screened.values())
     assert "screening: 4 pairs as one-rank trials at global_batch_size=64" in out.out
     assert "recommended accum=1 split=1" in out.out.split("screening")[-1]
+
+
+@pytest.mark.parametrize("extra", [[], ["machine.nodes=2", "machine.num_devices=16"]], ids=["8 GPUs", "2 nodes of 8"])
+def test_on_slurm_screening_trials_are_one_gpu_jobs(tmp_path: Path, extra: list[str]) -> None:
+    from sbatch_golden import SLURM, _srun_not_required, compose_plan
+
+    from sweep.launch import backend as backends
+    from sweep.orchestration.screening import screening_plan
+
+    plan = compose_plan(["+machine=a100x8", *SLURM, *extra], str(tmp_path / "s"))
+    assert plan.screen  # auto: CUDA and more than one device
+    sub = screening_plan(plan)
+    assert (sub.meta.num_devices, sub.meta.global_batch_size, sub.max_in_flight) == (1, plan.meta.global_batch_size // plan.meta.num_devices, plan.meta.num_devices)
+    assert sub.sweep_dir == plan.sweep_dir / "screening" and sub.trial.max_measure_steps == plan.trial.measure_steps
+    backends.check_task_layout(sub.launcher, sub.machine.num_devices)
+    with _srun_not_required():
+        executor = backends.make_executor(sub.launcher, sub.time_limit_s)
+        text = executor._make_submission_file_text(executor._submitit_command_str, "uid")
+    assert "#SBATCH --gpus-per-node=1" in text and "#SBATCH --ntasks-per-node=1" in text and "#SBATCH --nodes=1" in text
+    assert compose_plan(["+machine=a100x8", *SLURM, "search.screen=off"], str(tmp_path / "t")).screen is False
+    assert compose_plan(["+machine=cpu2", *SLURM], str(tmp_path / "u")).screen is False  # auto: CUDA only
+
+
+def test_a_bad_screen_mode_is_one_line(tmp_path: Path) -> None:
+    from sbatch_golden import compose_plan
+
+    from sweep.errors import SweepError
+
+    with pytest.raises(SweepError, match="search.screen='sometimes' is not valid: expected one of auto, on, off"):
+        compose_plan(["search.screen=sometimes"], str(tmp_path / "s"))
