@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from sweep.core.schema import Status, TrialResult
 from sweep.core.screening import confirm_candidates, screens
@@ -107,7 +108,8 @@ def test_a_two_device_sweep_screens_one_rank_trials_side_by_side_then_confirms_w
     assert {a for a, r in screened.items() if r["status"] == "ok"} == {"1", "2", "4", "8"}
     assert all(r["num_devices"] == "1" and r["global_batch_size"] == "64" for r in screened.values())
     assert "screening: 4 pairs as one-rank trials at global_batch_size=64" in out.out
-    assert "recommended accum=1 split=1" in out.out.split("screening")[-1]
+    rec = yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
+    assert (rec["accum"], rec["split"]) == (1, 1)
 
 
 @pytest.mark.parametrize("extra", [[], ["machine.nodes=2", "machine.num_devices=16"]], ids=["8 GPUs", "2 nodes of 8"])
@@ -138,3 +140,47 @@ def test_a_bad_screen_mode_is_one_line(tmp_path: Path) -> None:
 
     with pytest.raises(SweepError, match="search.screen='sometimes' is not valid: expected one of auto, on, off"):
         compose_plan(["search.screen=sometimes"], str(tmp_path / "s"))
+
+
+# accum=1 prints its per-iteration figures at once; every other accum sits in a long warm-up first.
+SLOW_START = r'''
+import sys, time
+accum = int(sys.argv[1])
+if accum > 1:
+    time.sleep(40)
+for it in range(12):
+    print(f"iter {it}: loss 1.0000, time {10.0 * accum * (1 + 0.001 * (it % 3)):.2f}ms, mfu 30.00%", flush=True)
+    time.sleep(0.02)
+'''
+
+
+@pytest.mark.e2e
+def test_a_screening_trial_the_ordering_rules_out_before_its_first_step_is_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The staircase screens accum=2 and accum=1 side by side; once accum=1 lands, accum=2 (no bigger
+    micro-batch) is not needed: cancelled in its warm-up, not left to run 40 s."""
+    import time
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    script, sweep_dir = tmp_path / "train.py", tmp_path / "sweep"
+    script.write_text(SLOW_START)
+    t0 = time.monotonic()
+    code = run_in_process(
+        [
+            "workload=command", f"workload.argv=[{sys.executable},{script},'{{accum}}']", "workload.parser.type=nanogpt",
+            "machine.device=cuda", "machine.num_devices=2", "hydra.launcher.tasks_per_node=2", "machine.memory_gib=80",
+            "global_batch_size=64", "search=staircase", "accum=1,2,4,8", "split=1", "trial.time_limit_s=120",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        monkeypatch,
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    screened = {r["accum"]: r for r in csv.DictReader((sweep_dir / "screening" / "trials.csv").open())}
+    assert screened["1"]["status"] == "ok" and screened["2"]["status"] == "cancelled"
+    assert "accum=2 split=1: cancelled before its first timed step: outranked by accum1_split1" in out.out
+    assert time.monotonic() - t0 < 40  # accum=2's warm-up was not waited out
+    rec = yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
+    assert (rec["accum"], rec["split"]) == (1, 1)
