@@ -184,3 +184,35 @@ def test_a_screening_trial_the_ordering_rules_out_before_its_first_step_is_cance
     assert time.monotonic() - t0 < 40  # accum=2's warm-up was not waited out
     rec = yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
     assert (rec["accum"], rec["split"]) == (1, 1)
+
+
+@pytest.mark.e2e
+def test_stopped_while_screening_it_says_to_resume_the_whole_sweep(tmp_path: Path) -> None:
+    """Ctrl-C during the screening phase (search.screen=on with 2 CPU ranks): the hint names the sweep dir,
+    whose sweep.json already holds the command that resume= replays."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from test_interrupts import ARGV
+
+    sweep_dir = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweep", f"hydra.sweep.dir={sweep_dir}", "workload=command", ARGV, "global_batch_size=16", "search=grid",
+         "accum=1,2,4", "split=1", "trial.time_limit_s=60", "search.screen=on", "machine.num_devices=2", "hydra.launcher.tasks_per_node=2"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (sweep_dir / "screening" / "trials" / "accum1_split1" / "result.json").exists():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert f"resume with: python -m sweep resume={sweep_dir}\n" in out, out
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    assert record["state"] == "screening" and "search.screen=on" in record["argv"]
+    assert not (sweep_dir / "trials.csv").exists()  # no full trial ran

@@ -88,11 +88,31 @@ def cancel_outranked(orchestrator: Any) -> None:
             orchestrator.display.log(f"accum={f.cand.accum} split={f.cand.split}: {why}")
 
 
+def _record_the_sweep(plan: SweepPlan) -> None:
+    """The sweep's own sweep.json before its screening phase runs, so that `resume=<sweep dir>` has the
+    command to replay if it is stopped then (the sweep's orchestrator rewrites it when it starts)."""
+    import json
+    import sys
+
+    from sweep.core.schema import atomic_write_text
+    from sweep.launch.backend import cluster_of
+    from sweep.orchestration.plan import META_FILE, sweep_record
+
+    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
+    record = sweep_record(plan, state="screening", launcher=cluster_of(plan.launcher), argv=sys.argv[1:], orchestrator_cpu_s=0.0,
+                          startup_cpu_s=0.0, wall_s=0.0)
+    atomic_write_text(plan.sweep_dir / META_FILE, json.dumps(record, indent=2) + "\n")
+
+
 def run_screening(plan: SweepPlan, orchestrator_for: Callable[[SweepPlan], Any]) -> tuple[Confirm | None, int]:
     """Run the screening phase with the orchestrator `orchestrator_for` makes for its plan;
     (the confirmation strategy, or None when it was interrupted; its exit status)."""
     sub = screening_plan(plan)
+    _record_the_sweep(plan)
     orchestrator = orchestrator_for(sub)
+    # Stopped during screening, the way on is to resume the whole sweep, not its screening phase alone.
+    hint = orchestrator.stop.hint
+    orchestrator.stop.hint = lambda note, _screening_dir: hint(note, plan.sweep_dir)
     orchestrator.display.log(
         f"screening: {sum(c.valid for c in plan.candidates)} pairs as one-rank trials at global_batch_size={sub.meta.global_batch_size}, "
         f"{sub.max_in_flight} at a time, in {sub.sweep_dir}; then full {plan.meta.num_devices}-device trials confirm the leaders"
