@@ -216,3 +216,13 @@ def test_stopped_while_screening_it_says_to_resume_the_whole_sweep(tmp_path: Pat
     record = json.loads((sweep_dir / "sweep.json").read_text())
     assert record["state"] == "screening" and "search.screen=on" in record["argv"]
     assert not (sweep_dir / "trials.csv").exists()  # no full trial ran
+
+
+def test_a_dry_run_says_screening_comes_first(tmp_path: Path) -> None:
+    from sbatch_golden import compose_plan
+
+    from sweep.orchestration.preflight import dry_run_text
+
+    text = dry_run_text(compose_plan(["+machine=a100x8"], str(tmp_path / "s")))
+    assert "screening first (search.screen): the candidates as one-rank trials at global_batch_size=128, 8 at a time" in text
+    assert "screening" not in dry_run_text(compose_plan(["+machine=a100x8", "search.screen=off"], str(tmp_path / "t")))
