@@ -5,6 +5,9 @@ interval of its median throughput; when that interval lies wholly below the lead
 (core/measure.py's cannot_win, with its guards against noise) the orchestrator writes
 `<trial dir>/stop.json` with the reason. It alone writes that file; the trial polls for it
 between steps, stops, and records its partial measurement as ok with `stopped_early`.
+Measuring to the decision (search.measure_to_decision, core/decision.py) uses the same channel
+for more reasons: the throughput ordering rules the trial out, or it is already separated above
+every rival.
 
 Predicted OOMs. Pairs the strategy's memory model will not launch get a record of their own,
 `<trial dir>/predicted_oom.json` (TrialResult schema, status predicted_oom, the predicted peak
