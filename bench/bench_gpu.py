@@ -19,8 +19,8 @@ model, racing and decision rules):
 * before (today): a fresh process per trial, 2 warm-up steps, adaptive measurement to +-2% or the
   32-step cap, racing against the finished leader, one trial at a time; on an 8-GPU host
   (machine.num_devices=8, global batch 1024) one 8-rank trial at a time;
-* measure to the decision alone (core/decision.py; implemented), then with warm workers and the
-  stress step, then with screening on the 8-GPU host (8 one-rank trials at once at global batch
+* measure to the decision alone (core/decision.py; implemented), then with the RNN-T runner's
+  stress step, then with warm workers too, then with screening on the 8-GPU host (8 one-rank trials at once at global batch
   128, at most trial.measure_steps timed steps each, then the pairs inside the leader's noise as
   full 8-rank trials; the answer is the best full trial).
 
@@ -44,7 +44,7 @@ import landscapes_gpu as sim  # noqa: E402
 from landscapes import LANDSCAPES, random_landscape  # noqa: E402
 from landscapes_h100 import RECORDINGS, load  # noqa: E402
 
-ONE_DEVICE = (sim.OLD, sim.DECISION, sim.WARM)  # on one device screening has nothing to split
+ONE_DEVICE = (sim.OLD, sim.DECISION, sim.STRESS, sim.WARM)  # on one device screening has nothing to split
 HOST = (sim.OLD, sim.NEW)
 
 

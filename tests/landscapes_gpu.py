@@ -118,7 +118,8 @@ class Policy:
 
 OLD = Policy("today: fresh process per trial, adaptive to the cap, racing, one trial at a time")
 DECISION = Policy("measure to the decision", to_decision=True)
-WARM = Policy("+ warm workers + stress step", warm=True, to_decision=True, stress_step=True)
+STRESS = Policy("measure to the decision + stress step", to_decision=True, stress_step=True)
+WARM = Policy("+ warm workers", warm=True, to_decision=True, stress_step=True)
 NEW = Policy("+ screening (N one-rank trials at once, then full confirmations)", warm=True, to_decision=True, screen=True, stress_step=True)
 
 
