@@ -4,14 +4,16 @@ and the orchestrator's side (orchestration/racing.py) writing stop.json for them
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import make_dataclass, replace
 
-from sweep.core.decision import Running, decision_stop, decision_stops
+import pytest
+
+from sweep.core.decision import FIT_KNOWN_STEPS, Running, ahead_after_steps, decision_stop, decision_stops
 from sweep.core.measure import STOP_FILE, progress_record, write_progress
 from sweep.core.schema import Status, TrialResult, trial_dir
 from sweep.core.space import enumerate_candidates
 from sweep.core.stats import throughput_summary
-from sweep.orchestration.racing import Racing
+from sweep.orchestration.racing import Racing, plan_ahead_steps
 
 GBS = 64
 PAIRS = {c.key: c for c in enumerate_candidates(GBS, 1, None, None) if c.valid}
@@ -26,9 +28,9 @@ def ok(key: str, times: list[float], tight: bool = False) -> TrialResult:
     )
 
 
-def stop(key: str, times: list[float], results: dict, others: dict | None = None) -> str | None:
+def stop(key: str, times: list[float], results: dict, others: dict | None = None, ahead_steps: int = FIT_KNOWN_STEPS) -> str | None:
     running = {key: Running(PAIRS[key], times), **{k: Running(PAIRS[k], t) for k, t in (others or {}).items()}}
-    return decision_stop(key, running, results, GBS, first_pair_steps=8)
+    return decision_stop(key, running, results, GBS, first_pair_steps=8, ahead_steps=ahead_steps)
 
 
 def test_an_outranked_pair_stops_after_one_step_when_its_step_agrees_with_the_ordering():
@@ -97,3 +99,70 @@ def test_a_screening_trial_outranked_before_its_first_step_is_not_needed():
     assert "outranked by accum2_split1" in (cancel_reason(PAIRS["accum8_split1"], results) or "")
     assert cancel_reason(PAIRS["accum1_split1"], results) is None  # a bigger micro-batch may be faster
     assert cancel_reason(PAIRS["accum8_split1"], {"accum2_split1": ok("accum2_split1", STEADY, tight=True)}) is None
+
+
+@pytest.mark.parametrize(
+    ("stress_step", "warmup_steps", "expected"),
+    [
+        (9, 2, 8),  # the RNN-T default: step 9 is the 8th timed step, the last of the shortest trial
+        (0, 2, FIT_KNOWN_STEPS),  # no stress step (command trials): the first timed step
+        (1, 2, FIT_KNOWN_STEPS),  # a stress step inside the warm-up is met before timing starts
+        (2, 2, 1),  # the first timed step
+        (9, 0, 10),
+        (40, 2, 39),  # past the cap: a possible answer is never stopped for being ahead
+    ],
+)
+def test_a_pair_may_stop_ahead_only_past_its_stress_step(stress_step, warmup_steps, expected):
+    assert ahead_after_steps(stress_step, warmup_steps) == expected
+
+
+def test_the_plan_hands_in_the_workloads_stress_step_or_none():
+    from sweep.workloads.command.config import CommandWorkloadConfig
+
+    with_stress = make_dataclass("WithStress", [("stress_step", int, 9)])
+    assert plan_ahead_steps(with_stress(), 2) == 8
+    assert plan_ahead_steps(with_stress(stress_step=0), 2) == FIT_KNOWN_STEPS
+    assert plan_ahead_steps(CommandWorkloadConfig(), 2) == FIT_KNOWN_STEPS  # no such field: none
+    # The built-in RNN-T's config, with the rnnt branch's stress_step (default 9) or without it.
+    from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+
+    rnnt = RNNTWorkloadConfig()
+    assert plan_ahead_steps(rnnt, 2) == (rnnt.stress_step - 1 if hasattr(rnnt, "stress_step") else FIT_KNOWN_STEPS)
+
+
+# Rows: (steps timed, ahead_steps, stops?). SEPARATED is ahead of every measured pair after 6 steps.
+SEPARATED = {"accum1_split2": [t * 3 for t in STEADY], "accum4_split1": [t * 5 for t in STEADY]}
+
+
+@pytest.mark.parametrize(
+    ("steps", "ahead_steps", "stops"),
+    [(6, FIT_KNOWN_STEPS, True), (6, 8, False), (7, 8, False), (8, 8, True), (8, 9, False)],
+)
+def test_a_pair_ahead_of_every_rival_stops_only_past_its_stress_step(steps, ahead_steps, stops):
+    results = {k: ok(k, t) for k, t in SEPARATED.items()}
+    times = (STEADY * 2)[:steps]
+    why = stop("accum2_split1", times, results, ahead_steps=ahead_steps)
+    assert (why is not None and "ahead of every measured pair" in why) if stops else why is None
+
+
+@pytest.mark.parametrize(("steps", "ahead_steps", "stops"), [(8, 8, True), (8, 10, False), (9, 10, False), (10, 10, True)])
+def test_the_first_pair_stops_at_measure_steps_or_past_its_stress_step_whichever_is_later(steps, ahead_steps, stops):
+    why = stop("accum2_split1", (STEADY * 2)[:steps], {}, ahead_steps=ahead_steps)
+    assert (why is not None and "no other pair measured yet" in why) if stops else why is None
+
+
+def test_a_pair_that_cannot_win_stops_before_its_stress_step():
+    """Not recommended whatever its fit: the ordering after one step, racing once it has an interval."""
+    outranked = stop("accum4_split2", [0.02], {"accum2_split1": ok("accum2_split1", STEADY)}, ahead_steps=8)
+    assert outranked is not None and "outranked by accum2_split1" in outranked
+    slow = [0.1, 0.12, 0.08, 0.1, 0.12, 0.08]
+    raced = stop("accum2_split1", slow, {"accum1_split2": ok("accum1_split2", STEADY)}, ahead_steps=8)
+    assert raced is not None and "cannot beat the leader accum1_split2" in raced
+
+
+def test_racing_hands_ahead_steps_to_the_decision(tmp_path):
+    results = {k: ok(k, t) for k, t in SEPARATED.items()}
+    write_progress(trial_dir(tmp_path, "accum2_split1"), progress_record(STEADY[:6]))
+    assert Racing(tmp_path, GBS, PAIRS, first_pair_steps=8, ahead_steps=8).stop_losers(["accum2_split1"], results) == {}
+    told = Racing(tmp_path, GBS, PAIRS, first_pair_steps=8).stop_losers(["accum2_split1"], results)
+    assert "ahead of every measured pair" in told["accum2_split1"]

@@ -3,8 +3,8 @@
 Adaptive measurement (core/measure.py) times a pair until its own median is known to
 +-target_precision; on a GPU, where per-step times scatter by 5-7%, that is rarely met before
 the cap, so every pair that fits cost the full cap, whether or not it could be the answer.
-Here the question is the sweep's instead: once a running pair's fit is known (warm-up and
-FIT_KNOWN_STEPS timed steps passed), it is stopped when
+Here the question is the sweep's instead. A running pair is stopped because it cannot win once
+warm-up and FIT_KNOWN_STEPS timed steps have passed, when
 
 1. ordering: a finished roomy pair outranks it by the throughput ordering
    (core/implications.no_faster_than: no bigger micro-batch, no bigger joint chunk, no split
@@ -12,11 +12,20 @@ FIT_KNOWN_STEPS timed steps passed), it is stopped when
    heuristic; a pair whose first steps contradict it runs on to the rules below;
 2. racing: its 95% interval lies wholly below the leader's (core/measure.cannot_win, with its
    guards: real intervals on both sides, a margin for run-to-run drift);
+and because it is ahead only once its fit is known (it has passed its stress step: see
+ahead_after_steps), when
+
 3. separated: its interval lies wholly above every rival's (each finished roomy ok pair, and each
    running pair with a real interval): it is the answer so far, and more steps would only narrow
    an interval that already decides. With no rival measured yet, the first pair stops at
    trial.measure_steps: every later pair is compared with it, and one that lands inside its
    interval is measured on (rule 3 cannot separate them) to the cap.
+
+A pair stopped for being ahead may be the recommendation, so it must have met the worst memory its
+training will: the built-in RNN-T repeats its worst batch at step workload.stress_step, after the
+allocator has seen other shapes (the late OOMs on the H100 came at timed steps 9 and 22, after
+the first step had fitted). A pair stopped because it cannot win is not recommended whatever its
+fit, so those rules need not wait.
 
 A pair that may still be the answer (its interval overlaps the leader's or the runner-up's) runs
 on until the trial's own rule (target precision or the cap) ends it. A stopped trial keeps its
@@ -35,9 +44,22 @@ from sweep.core.schema import TrialResult
 from sweep.core.space import Candidate
 from sweep.core.stats import throughput_summary
 
-# Timed steps after warm-up before a pair's fit counts as known. The built-in RNN-T's first step
-# is its longest batch, so one passed step has met the worst memory the warm-up did not.
+# Timed steps after warm-up before a pair may stop because it cannot win. The built-in RNN-T's
+# first step is its longest batch, so one passed step has met the worst memory on a fresh
+# allocator; a command trial's worst step is unknown, and this is also where it may stop ahead.
 FIT_KNOWN_STEPS = 1
+
+
+def ahead_after_steps(stress_step: int, warmup_steps: int) -> int:
+    """Timed steps a pair must have run before it may stop for being ahead.
+
+    stress_step: the step index, warm-up included and counted from 0, at which the workload repeats
+    its worst batch (the built-in RNN-T's workload.stress_step); 0 where it has none (command
+    trials). Passing that step is timed step stress_step - warmup_steps + 1; a stress step inside
+    the warm-up, or none, leaves FIT_KNOWN_STEPS."""
+    if stress_step <= 0:
+        return FIT_KNOWN_STEPS
+    return max(FIT_KNOWN_STEPS, stress_step - warmup_steps + 1)
 
 Interval = tuple[float, float]
 
@@ -84,10 +106,12 @@ def decision_stop(
     global_batch_size: int,
     *,
     first_pair_steps: int,
+    ahead_steps: int = FIT_KNOWN_STEPS,
 ) -> str | None:
     """Why the running trial `key` should stop now, or None while it may still change the answer.
 
     first_pair_steps: where a pair stops with no rival measured (trial.measure_steps).
+    ahead_steps: timed steps before a pair may stop for being ahead (ahead_after_steps).
     """
     me = running[key]
     times = [t for t in me.step_times_s if t > 0]
@@ -116,7 +140,9 @@ def decision_stop(
     lead = next(((k, iv, s) for k, iv, s in rivals if k in results), None)
     if lead is not None and cannot_win(mine, lead[1], candidate_steps=n, leader_steps=lead[2]):
         return race_reason(mine, lead[1], lead[0], n)
-    # 3. separated above every rival: the answer so far, already decided
+    # 3. separated above every rival: the answer so far, already decided, once its fit is known
+    if n < ahead_steps:
+        return None
     if not rivals:
         if n >= first_pair_steps:
             return f"stopped after {n} timed steps: no other pair measured yet (each later pair is compared with this one)"
@@ -131,12 +157,17 @@ def decision_stop(
 
 
 def decision_stops(
-    running: Mapping[str, Running], results: Mapping[str, TrialResult], global_batch_size: int, *, first_pair_steps: int
+    running: Mapping[str, Running],
+    results: Mapping[str, TrialResult],
+    global_batch_size: int,
+    *,
+    first_pair_steps: int,
+    ahead_steps: int = FIT_KNOWN_STEPS,
 ) -> dict[str, str]:
     """{key: reason} for every running trial that should stop now."""
     out = {}
     for key in running:
-        reason = decision_stop(key, running, results, global_batch_size, first_pair_steps=first_pair_steps)
+        reason = decision_stop(key, running, results, global_batch_size, first_pair_steps=first_pair_steps, ahead_steps=ahead_steps)
         if reason:
             out[key] = reason
     return out

@@ -33,7 +33,7 @@ from sweep.launch.ended import ended_job_result, forget_ended
 from sweep.orchestration.display import Display, landed_line, scaling_lines
 from sweep.orchestration.plan import META_FILE, SweepPlan, make_plan, sweep_record
 from sweep.orchestration.preflight import check_runnable_here, dry_run_text, local_cuda_devices
-from sweep.orchestration.racing import Predictions, Racing
+from sweep.orchestration.racing import Predictions, Racing, plan_ahead_steps
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, remove_stale_temp_files, set_sweep_dir, sweep_dir_of
 
@@ -101,9 +101,9 @@ class Orchestrator:
             plan.search, plan.candidates, plan.max_trials, capacity_gib=plan.machine.memory_gib, trust_memory_model=plan.trust_memory_model
         )
         self.by_key = {c.key: c for c in plan.candidates}
-        self.racing = Racing(
-            plan.sweep_dir, plan.meta.global_batch_size, self.by_key if plan.measure_to_decision else None, plan.trial.measure_steps
-        )
+        decision = self.by_key if plan.measure_to_decision else None
+        ahead = plan_ahead_steps(plan.workload, plan.trial.warmup_steps)  # a possible answer stops ahead only past its stress step
+        self.racing = Racing(plan.sweep_dir, plan.meta.global_batch_size, decision, plan.trial.measure_steps, ahead_steps=ahead)
         self.predictions = Predictions(plan.sweep_dir, plan.meta, self.by_key, plan.machine.memory_gib)
         self.results: dict[str, TrialResult] = {}
         self.in_flight: dict[str, InFlight] = {}
