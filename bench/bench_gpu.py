@@ -19,8 +19,12 @@ model, racing and decision rules):
 * before (today): a fresh process per trial, 2 warm-up steps, adaptive measurement to +-2% or the
   32-step cap, racing against the finished leader, one trial at a time; on an 8-GPU host
   (machine.num_devices=8, global batch 1024) one 8-rank trial at a time;
-* measure to the decision alone (core/decision.py; implemented), then with the RNN-T runner's
-  stress step, then with warm workers too, then with screening on the 8-GPU host (8 one-rank trials at once at global batch
+* measure to the decision alone (core/decision.py; implemented) on a workload without a stress
+  step (a command trial's rule: a pair may stop for being ahead after one timed step), then with
+  the built-in RNN-T's stress step (workload.stress_step=9, the 8th timed step: a pair stops for
+  being ahead only once past it, core/decision.ahead_after_steps, and a late OOM is met there;
+  beside it the rule before, which let a pair stop for being ahead as soon as separated),
+  then with warm workers too, then with screening on the 8-GPU host (8 one-rank trials at once at global batch
   128, at most trial.measure_steps timed steps each, then the pairs inside the leader's noise as
   full 8-rank trials; the answer is the best full trial).
 
@@ -44,7 +48,7 @@ import landscapes_gpu as sim  # noqa: E402
 from landscapes import LANDSCAPES, random_landscape  # noqa: E402
 from landscapes_h100 import RECORDINGS, load  # noqa: E402
 
-ONE_DEVICE = (sim.OLD, sim.DECISION, sim.STRESS, sim.WARM)  # on one device screening has nothing to split
+ONE_DEVICE = (sim.OLD, sim.DECISION, sim.STRESS_EARLY, sim.STRESS, sim.WARM)  # on one device screening has nothing to split
 HOST = (sim.OLD, sim.NEW)
 
 
@@ -113,8 +117,9 @@ def main() -> int:
     ap.add_argument("--random", type=int, default=30, help="random simulated landscapes (default 30)")
     args = ap.parse_args()
     print(f"assumed, not recorded: a trial in a warm worker starts in {sim.WARM_START_S:g} s (model build, allocator reset); "
-          f"an 8-rank step is {sim.DDP_OVERHEAD:.0%} slower than one rank's, with the same memory; the stress step shows a "
-          f"late OOM whenever the trial stops")
+          f"an 8-rank step is {sim.DDP_OVERHEAD:.0%} slower than one rank's, with the same memory; the workload's stress step meets a "
+          f"late OOM the recording met at that step or later (step {sim.STRESS_STEP}, timed step {sim.STRESS_STEP - sim.WARMUP_STEPS + 1}), "
+          f"and its step time is drawn like any other step's")
     print("\n== recorded H100 landscapes (tests/data/h100; unrecorded pairs from the landscape model) ==")
     per_recording(min(args.seeds, 5))
     recorded = [load(name) for name in RECORDINGS]

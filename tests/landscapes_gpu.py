@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from landscapes import Landscape
 
-from sweep.core.decision import Running, cancel_reason, decision_stop
+from sweep.core.decision import Running, ahead_after_steps, cancel_reason, decision_stop
 from sweep.core.measure import cannot_win, enough_measured, race_reason
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import CANCELLED, OK, OOM, TrialResult
@@ -110,17 +110,25 @@ class Policy:
     warm: bool = False  # warm workers: start-up paid once per device
     to_decision: bool = False  # core/decision.py; else racing against the finished leader
     screen: bool = False  # on a multi-device host: one-rank screening, then full confirmations
-    # The last step is the worst batch (the rnnt helper's stress step): assumed to show a late OOM that
-    # the recording met later on, whenever the trial stops; it costs one more step.
-    stress_step: bool = False
+    # workload.stress_step (step index, warm-up included; 0: none): the built-in RNN-T repeats its worst
+    # batch there, and a trial that reaches it is assumed to meet there the late OOM the recording met
+    # at that step or later. The decision stops a pair for being ahead only past it (ahead_after_steps).
+    stress_step: int = 0
+    ahead_past_stress: bool = True  # False: the rule before it, a pair may stop for being ahead after FIT_KNOWN_STEPS
     cancel_outranked: bool = False  # screening: a trial the ordering rules out before its first timed step is cancelled
 
 
 OLD = Policy("today: fresh process per trial, adaptive to the cap, racing, one trial at a time")
 DECISION = Policy("measure to the decision", to_decision=True)
-STRESS = Policy("measure to the decision + stress step", to_decision=True, stress_step=True)
-WARM = Policy("+ warm workers", warm=True, to_decision=True, stress_step=True)
-NEW = Policy("+ screening (N one-rank trials at once, then full confirmations)", warm=True, to_decision=True, screen=True, stress_step=True)
+STRESS_STEP = WARMUP_STEPS + MEASURE_STEPS - 1  # the rnnt workload's default: the last step of the shortest trial
+STRESS_EARLY = Policy(
+    "measure to the decision + stress step, ahead after 1 step", to_decision=True, stress_step=STRESS_STEP, ahead_past_stress=False
+)
+STRESS = Policy("measure to the decision + stress step, ahead past it", to_decision=True, stress_step=STRESS_STEP)
+WARM = Policy("+ warm workers", warm=True, to_decision=True, stress_step=STRESS_STEP)
+NEW = Policy(
+    "+ screening (N one-rank trials at once, then full confirmations)", warm=True, to_decision=True, screen=True, stress_step=STRESS_STEP
+)
 
 
 @dataclass
@@ -161,9 +169,7 @@ class _Trial:
     oom_at: float | None  # when it runs out of memory, if it does before the cap
     ranks: int
     times: list[float]
-    ooms: bool  # runs out of memory at some step, maybe beyond the cap
     done: int = 0
-    final: TrialResult | None = None  # decided; waiting for its stress step to end
 
 
 def pick_of(results: Mapping[str, TrialResult]) -> str | None:
@@ -194,9 +200,12 @@ def run_phase(
             start = WARM_START_S if policy.warm and slot in warm_slots else land.startup_s(rng)
             warm_slots.add(slot)
             status, _, oom_step = land.outcome(c)
+            stress_timed = policy.stress_step - WARMUP_STEPS  # the stress step's 0-based timed index
+            if status == OOM and oom_step is not None and policy.stress_step and 0 <= stress_timed < oom_step:
+                oom_step = stress_timed  # a late OOM is met at the worst batch's repeat, if not earlier
             t0 = now + start
             warm = [t * scale for t in land.draw_steps(c, rng, WARMUP_STEPS)]
-            times = [t * scale for t in land.draw_steps(c, rng, max_steps + 1)]  # the last: a stress step
+            times = [t * scale for t in land.draw_steps(c, rng, max_steps)]
             ends, t = [], t0 + sum(warm)
             for x in times:
                 t += x
@@ -204,7 +213,7 @@ def run_phase(
             oom_at = None
             if status == OOM and (oom_step or 0) < max_steps:
                 oom_at = t0 + warm[0] if not oom_step else ends[oom_step]  # during warm-up, or during step oom_step + 1
-            running[c.key] = _Trial(c, now, ends, oom_at, ranks, times, ooms=status == OOM)
+            running[c.key] = _Trial(c, now, ends, oom_at, ranks, times)
             slot_of[c.key] = slot
             seq += 1
             heapq.heappush(queue, (oom_at if oom_at is not None and oom_at <= ends[0] else ends[0], seq, c.key))
@@ -215,22 +224,15 @@ def run_phase(
             continue  # cancelled: its next step never comes
         now = at
         tr = running[key]
-        result: TrialResult | None = tr.final
-        if result is not None:
-            pass  # its stress step is over
-        elif tr.oom_at is not None and now >= tr.oom_at:
+        result: TrialResult | None = None
+        if tr.oom_at is not None and now >= tr.oom_at:
             result = _result(land, tr, gbs, OOM, [], "")
         else:
             tr.done += 1
             steps = tr.times[: tr.done]
             reason = _stop(land, key, running, finished, gbs, policy, steps, max_steps)
-            if reason is not None:
-                # With a stress step, one more (worst) step; it meets the OOM the recording met later.
-                result = _result(land, tr, gbs, OOM if policy.stress_step and tr.ooms else OK, steps, reason)
-                if policy.stress_step:
-                    tr.final, result = result, None
-                    seq += 1
-                    heapq.heappush(queue, (tr.events[tr.done], seq, key))
+            if reason is not None:  # stopped before a late OOM to come is recorded ok: what the sweep would see
+                result = _result(land, tr, gbs, OK, steps, reason)
             else:
                 nxt = tr.events[tr.done]
                 seq += 1
@@ -239,7 +241,7 @@ def run_phase(
         if result is not None and result.status == OK and policy.cancel_outranked:
             landed = {**finished, key: result}
             for other, t in running.items():
-                why = cancel_reason(t.cand, landed) if other != key and t.done == 0 and t.final is None else None
+                why = cancel_reason(t.cand, landed) if other != key and t.done == 0 else None
                 if why:
                     done.append((other, TrialResult(**t.cand.numbers(gbs, t.ranks), status=CANCELLED, error=why)))
         for k, res in done:
@@ -259,7 +261,8 @@ def _stop(
         return ""
     if policy.to_decision:
         view = {k: Running(t.cand, t.times[: t.done]) for k, t in running.items()}
-        return decision_stop(key, view, finished, gbs, first_pair_steps=MEASURE_STEPS)
+        ahead = ahead_after_steps(policy.stress_step if policy.ahead_past_stress else 0, WARMUP_STEPS)
+        return decision_stop(key, view, finished, gbs, first_pair_steps=MEASURE_STEPS, ahead_steps=ahead)
     lead = next((r for r in ranked_ok(finished) if r.step_times_s and not r.tight), None)
     if lead is None:
         return None

@@ -41,12 +41,16 @@ def test_todays_policy_costs_what_the_recorded_sweep_cost() -> None:
     assert sim.one_device(land, sim.OLD, 0).pick == "accum1_split8"  # the recorded recommendation
 
 
-def test_a_late_oom_the_decision_stops_before_is_met_by_the_stress_step() -> None:
-    """large80's accum=1 split=8 ran out of memory at timed step 9: measured to the decision without a
-    stress step the sweep can take it for the answer; with one it cannot."""
+def test_a_late_oom_is_met_by_the_stress_step_when_a_possible_answer_waits_for_it() -> None:
+    """large80's accum=1 split=8 ran out of memory at timed step 9. Measured to the decision without a
+    stress step the sweep can take it for the answer; with the stress step at timed step 8 it still
+    can, if a pair may stop for being ahead before it (the rule before core/decision.ahead_after_steps);
+    waiting for the stress step, it cannot."""
     land = load("large80")
-    picks = {policy.name: {sim.one_device(land, policy, s).pick for s in range(4)} for policy in (sim.DECISION, sim.WARM)}
-    assert "accum1_split8" in picks[sim.DECISION.name] and "accum1_split8" not in picks[sim.WARM.name]
+    policies = (sim.DECISION, sim.STRESS_EARLY, sim.STRESS, sim.WARM)
+    picks = {policy.name: {sim.one_device(land, policy, s).pick for s in range(4)} for policy in policies}
+    assert "accum1_split8" in picks[sim.DECISION.name] and "accum1_split8" in picks[sim.STRESS_EARLY.name]
+    assert "accum1_split8" not in picks[sim.STRESS.name] and "accum1_split8" not in picks[sim.WARM.name]
 
 
 def test_the_bench_ends_with_its_line() -> None:
