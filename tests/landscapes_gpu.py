@@ -122,7 +122,7 @@ OLD = Policy("today: fresh process per trial, adaptive to the cap, racing, one t
 DECISION = Policy("measure to the decision", to_decision=True)
 STRESS_STEP = WARMUP_STEPS + MEASURE_STEPS - 1  # the rnnt workload's default: the last step of the shortest trial
 STRESS_EARLY = Policy(
-    "measure to the decision + stress step, ahead after 1 step", to_decision=True, stress_step=STRESS_STEP, ahead_past_stress=False
+    "measure to the decision + stress step, ahead once separated", to_decision=True, stress_step=STRESS_STEP, ahead_past_stress=False
 )
 STRESS = Policy("measure to the decision + stress step, ahead past it", to_decision=True, stress_step=STRESS_STEP)
 WARM = Policy("+ warm workers", warm=True, to_decision=True, stress_step=STRESS_STEP)
