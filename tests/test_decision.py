@@ -166,3 +166,21 @@ def test_racing_hands_ahead_steps_to_the_decision(tmp_path):
     assert Racing(tmp_path, GBS, PAIRS, first_pair_steps=8, ahead_steps=8).stop_losers(["accum2_split1"], results) == {}
     told = Racing(tmp_path, GBS, PAIRS, first_pair_steps=8).stop_losers(["accum2_split1"], results)
     assert "ahead of every measured pair" in told["accum2_split1"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["workload=rnnt_base", "trial.warmup_steps=3"], ["workload=command", "workload.argv=[python,train.py]"]],
+    ids=["rnnt_demo", "rnnt_base", "command"],
+)
+def test_the_orchestrator_measures_to_the_decision_with_the_plans_stress_step(tmp_path, overrides):
+    """The composed config's workload and warm-up set where a pair may stop for being ahead."""
+    from sbatch_golden import compose_plan
+
+    from sweep.orchestration.orchestrator import Orchestrator
+
+    plan = compose_plan(overrides, str(tmp_path / "s"))
+    stress = getattr(plan.workload, "stress_step", 0)
+    expected = stress - plan.trial.warmup_steps + 1 if stress > plan.trial.warmup_steps else FIT_KNOWN_STEPS
+    racing = Orchestrator(plan).racing
+    assert racing.candidates is not None and racing.ahead_steps == expected
