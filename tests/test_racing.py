@@ -208,7 +208,8 @@ def race_sweep(tmp_path: Path, *extra: str):
 
 @pytest.mark.e2e
 def test_a_command_trial_that_cannot_win_is_stopped_and_counts_as_ok(tmp_path):
-    proc, sweep_dir = race_sweep(tmp_path)
+    # Racing's rule alone: measuring to the decision (the default) stops it sooner, on the ordering (below).
+    proc, sweep_dir = race_sweep(tmp_path, "search.measure_to_decision=false")
     rows = {int(r["accum"]): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
     assert rows[1]["status"] == rows[2]["status"] == "ok"
     assert rows[2]["reason"].startswith("stopped early: cannot beat the leader accum1_split1")
@@ -221,6 +222,17 @@ def test_a_command_trial_that_cannot_win_is_stopped_and_counts_as_ok(tmp_path):
     # Adaptive measurement stopped the fast one too: it prints 40 steps, far more than it needed.
     fast = read_result(trial_dir(sweep_dir, "accum1_split1") / RESULT_FILE)
     assert not fast.stopped_early and 6 <= fast.steps_measured < 39
+
+
+@pytest.mark.e2e
+def test_measured_to_the_decision_the_outranked_trial_stops_after_its_first_step(tmp_path):
+    """The default: accum=2 has no bigger micro-batch than accum=1 and its first step agrees: it cannot be the answer."""
+    proc, sweep_dir = race_sweep(tmp_path)
+    rows = {int(r["accum"]): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+    assert rows[1]["status"] == rows[2]["status"] == "ok"
+    slow = read_result(trial_dir(sweep_dir, "accum2_split1") / RESULT_FILE)
+    assert "outranked by accum1_split1" in slow.stopped_early and slow.steps_measured >= 1 and slow.wall_s < 60
+    assert "recommended accum=1 split=1" in proc.stdout
 
 
 @pytest.mark.e2e

@@ -51,7 +51,8 @@ def header(text: str) -> list[str]:
          ["100.0 tokens/s", "200.0 samples/s", "throughput units differ between trials (samples/s, tokens/s)"]),
         # Marks and their one-line legend, only when a mark is shown.
         ([result(1, 1, tight=True), result(2, 1)], ["mark"], [], ["tight = ran ok with headroom below trial.memory_margin"]),
-        ([result(1, 1, stopped_early="could not beat the leader"), result(2, 1)], ["mark"], [], ["early = racing stopped it"]),
+        ([result(1, 1, stopped_early="could not beat the leader"), result(2, 1)], ["mark"], [],
+         ["early = stopped before its last step", "could not beat the leader", "ahead of every measured pair"]),
         # tight on a row that did not run ok is not shown.
         ([result(1, 1, status=OOM, oom_phase="joint", error="out of memory", tight=True)], [], ["mark"], ["oom (joint): out of memory"]),
     ],
@@ -204,7 +205,7 @@ def test_the_live_view_renders_the_same_model_with_its_legend() -> None:
     Console(file=buf, width=200).print(display._render())
     text = buf.getvalue()
     assert text.split()[:3] == ["rank", "accum", "split"] and "steps" in text
-    assert "early = racing stopped it" in text and text.rstrip().endswith("2 finished, 0 running")
+    assert "early = stopped before its last step" in text and text.rstrip().endswith("2 finished, 0 running")
 
 
 @pytest.mark.parametrize(

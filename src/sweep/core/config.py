@@ -56,6 +56,15 @@ class SearchConfig:
     # when they moved more than machine.run_to_run_noise allows, score the confidence with the noise seen
     # (core/drift.py); false: trust machine.run_to_run_noise as given.
     drift_check: bool = True
+    # Measure to the decision (core/decision.py, with racing on): also stop a running trial once the
+    # throughput ordering rules it out, or once its interval already lies above every rival's, instead
+    # of timing each pair to trial.target_precision or the cap; false: racing's rule alone.
+    measure_to_decision: bool = True
+    # Parallel screening with machine.num_devices=N > 1 (core/screening.py): first every candidate as a
+    # one-rank trial at global_batch_size / N, N at a time, one per device (one-GPU jobs on Slurm), kept
+    # in <sweep dir>/screening/; then the pairs inside the leader's noise as full N-device trials, which
+    # the table and recommendation rest on. auto: on CUDA only (CPU ranks would share cores); on; off.
+    screen: str = "auto"
 
 
 @dataclass

@@ -26,7 +26,8 @@ TIGHT_MARK = "tight"
 EARLY_MARK = "early"
 _LEGEND = {
     TIGHT_MARK: "tight = ran ok with headroom below trial.memory_margin: may OOM in real training",
-    EARLY_MARK: "early = racing stopped it before its last step: it could not beat the leader",
+    EARLY_MARK: "early = stopped before its last step, as more steps could not change the answer: it could not beat the leader "
+    "(racing, the throughput ordering) or was already ahead of every measured pair",
 }
 
 # Rows that never ran and say so in one count line instead of a row each (the dry run lists them).

@@ -34,7 +34,7 @@ from sweep.launch.ended import ended_job_result, forget_ended
 from sweep.orchestration.display import Display, landed_line, scaling_lines
 from sweep.orchestration.plan import META_FILE, SweepPlan, make_plan, sweep_record
 from sweep.orchestration.preflight import check_runnable_here, dry_run_text, local_cuda_devices
-from sweep.orchestration.racing import Predictions, Racing
+from sweep.orchestration.racing import Predictions, Racing, plan_ahead_steps
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import (
     claim_fresh_dir,
@@ -88,23 +88,34 @@ def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25
             if claimed != sweep_dir:
                 set_sweep_dir(cfg, claimed)
                 plan = make_plan(cfg, arguments, claimed)
-        exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s).run()
+        strategy = None
+        if plan.screen:  # one-rank screening first; the full trials then confirm its leaders
+            from sweep.orchestration.screening import run_screening
+
+            strategy, code = run_screening(plan, lambda sub: Orchestrator(sub, poll_interval_s=poll_interval_s))
+            if strategy is None:
+                exit_code = code
+                return exit_code
+        exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s, strategy=strategy).run()
     return exit_code
 
 
 class Orchestrator:
-    def __init__(self, plan: SweepPlan, poll_interval_s: float = 0.25, display: Display | None = None) -> None:
+    def __init__(self, plan: SweepPlan, poll_interval_s: float = 0.25, display: Display | None = None, strategy: Any = None) -> None:
         from sweep.core.strategies import make_strategy
 
         self.plan = plan
         self.poll_interval_s = poll_interval_s
         self.display = display or Display(plan.live)
-        self.strategy = make_strategy(
+        # strategy: another proposer than plan.search's (screening's confirmations, orchestration/screening.py)
+        self.strategy = strategy or make_strategy(
             plan.search, plan.candidates, plan.max_trials, capacity_gib=plan.machine.memory_gib, trust_memory_model=plan.trust_memory_model
         )
-        self.racing = Racing(plan.sweep_dir, plan.meta.global_batch_size)
-        self.predictions = Predictions(plan.sweep_dir, plan.meta, {c.key: c for c in plan.candidates}, plan.machine.memory_gib)
         self.by_key = {c.key: c for c in plan.candidates}
+        decision = self.by_key if plan.measure_to_decision else None
+        ahead = plan_ahead_steps(plan.workload, plan.trial.warmup_steps)  # a possible answer stops ahead only past its stress step
+        self.racing = Racing(plan.sweep_dir, plan.meta.global_batch_size, decision, plan.trial.measure_steps, ahead_steps=ahead)
+        self.predictions = Predictions(plan.sweep_dir, plan.meta, self.by_key, plan.machine.memory_gib)
         self.results: dict[str, TrialResult] = {}
         self.in_flight: dict[str, InFlight] = {}
         self.last_rec: tuple[Any, ...] | None = None
@@ -258,7 +269,7 @@ class Orchestrator:
                 self.free_gpus.append(f.gpus)
             self.results[key] = res
             landed += 1
-            self.display.log(landed_line(res) + (" (stopped early by racing: it could not beat the leader)" if res.stopped_early else ""))
+            self.display.log(landed_line(res) + (f" (stopped early: {res.stopped_early})" if res.stopped_early else ""))
         return landed
 
     def _load_finished(self) -> None:
@@ -290,6 +301,10 @@ class Orchestrator:
         for key, reason in self.racing.stop_losers(list(self.in_flight), self.results).items():
             f = self.in_flight[key]
             self.display.log(f"accum={f.cand.accum} split={f.cand.split}: stopping it, {reason}")
+        if self.plan.cancel_outranked:  # a screening sweep's trials not yet timing a step (orchestration/screening.py)
+            from sweep.orchestration.screening import cancel_outranked
+
+            cancel_outranked(self)
 
     def _update_predicted(self) -> int:
         """Record and log the pairs the strategy will not launch on the memory model's word; how many changed."""

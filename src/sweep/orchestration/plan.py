@@ -51,6 +51,11 @@ class SweepPlan:
     trust_memory_model: bool = True  # search.trust_memory_model: skip pairs the memory model predicts to OOM
     racing: bool = True  # search.racing: stop running trials that cannot beat the leader
     drift_check: bool = True  # search.drift_check: re-time the leader and runner-up at the end (orchestration/retime.py)
+    measure_to_decision: bool = True  # search.measure_to_decision: stop trials once they cannot change the answer
+    screen: bool = False  # search.screen resolved: one-rank screening first, then full trials (orchestration/screening.py)
+    # A screening sweep cancels a trial the throughput ordering rules out before its first timed step
+    # (core/decision.cancel_reason), as the strategy would not have launched it; never for the grid.
+    cancel_outranked: bool = False
     overrides: list[str] = field(default_factory=list)
     # What a trial's measurement depends on (core/fingerprint.py), and its digest.
     fingerprint_values: dict[str, Any] = field(default_factory=dict)
@@ -218,6 +223,8 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         trust_memory_model=trust_memory_model,
         racing=bool(cfg.search.get("racing", True)),
         drift_check=bool(cfg.search.get("drift_check", True)),
+        measure_to_decision=bool(cfg.search.get("measure_to_decision", True)),
+        screen=_screens(cfg.search.get("screen", "auto"), machine),
         overrides=list(arguments),
         fingerprint_values=values,
         fingerprint=fingerprint(values),
@@ -393,6 +400,17 @@ def _check_machine(machine: MachineConfig) -> None:
         raise SweepError(
             f"machine.run_to_run_noise={noise!r} is not valid: expected a relative sd in [0, 0.5), e.g. 0.01, or null for the device's default"
         )
+
+
+def _screens(mode: Any, machine: MachineConfig) -> bool:
+    """search.screen resolved: auto screens CUDA sweeps of more than one device; on screens any."""
+    from sweep.core.screening import SCREEN_MODES, screens
+
+    if mode not in SCREEN_MODES:
+        raise SweepError(f"search.screen={mode!r} is not valid: expected one of {', '.join(SCREEN_MODES)}")
+    if mode == "auto" and machine.device != "cuda":
+        return False
+    return screens(str(mode), int(machine.num_devices))
 
 
 def _check_known_keys(cfg: Any, workload_schema: type) -> None:

@@ -20,6 +20,10 @@ def dry_run_text(plan: SweepPlan) -> str:
         f"{plan.machine.memory_gib} GiB each), global_batch_size={plan.meta.global_batch_size}, "
         f"search={plan.search}: {valid} valid candidate(s), {len(plan.candidates) - valid} invalid; nothing launched"
     )
+    if plan.screen:  # search.screen: what runs first (orchestration/screening.py)
+        n = plan.meta.num_devices
+        head += (f"\nscreening first (search.screen): the candidates as one-rank trials at global_batch_size="
+                 f"{plan.meta.global_batch_size // n}, {n} at a time; then full {n}-device trials confirm the leaders")
     description = workloads.get(plan.meta.workload).describe(plan.workload)
     if description:  # the built-in model's size, say: why a split may be needed
         head += "\n" + description

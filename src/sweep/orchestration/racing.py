@@ -5,6 +5,9 @@ interval of its median throughput; when that interval lies wholly below the lead
 (core/measure.py's cannot_win, with its guards against noise) the orchestrator writes
 `<trial dir>/stop.json` with the reason. It alone writes that file; the trial polls for it
 between steps, stops, and records its partial measurement as ok with `stopped_early`.
+Measuring to the decision (search.measure_to_decision, core/decision.py) uses the same channel
+for more reasons: the throughput ordering rules the trial out, or it is already separated above
+every rival.
 
 Predicted OOMs. Pairs the strategy's memory model will not launch get a record of their own,
 `<trial dir>/predicted_oom.json` (TrialResult schema, status predicted_oom, the predicted peak
@@ -20,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sweep.core.decision import FIT_KNOWN_STEPS, Running, ahead_after_steps, decision_stops
 from sweep.core.measure import STOP_FILE, cannot_win, progress_step_times, race_reason
 from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
 from sweep.core.ranking import ranked_ok
@@ -66,11 +70,28 @@ def losers(
 
 
 class Racing:
-    """Writes stop.json for running trials that cannot win; each trial is told once."""
+    """Writes stop.json for running trials that cannot win; each trial is told once.
 
-    def __init__(self, sweep_dir: Path, global_batch_size: int) -> None:
+    With `candidates` (the sweep's pairs by key) it measures to the decision instead
+    (core/decision.py): a trial also stops once the throughput ordering rules it out, or once its
+    interval already separates it from every rival; first_pair_steps is where a pair with no rival
+    measured stops (trial.measure_steps); ahead_steps is how many timed steps a pair runs before it
+    may stop for being ahead (core/decision.ahead_after_steps: past the workload's stress step).
+    """
+
+    def __init__(
+        self,
+        sweep_dir: Path,
+        global_batch_size: int,
+        candidates: Mapping[str, Candidate] | None = None,
+        first_pair_steps: int = 8,
+        ahead_steps: int = FIT_KNOWN_STEPS,
+    ) -> None:
         self.sweep_dir = sweep_dir
         self.global_batch_size = global_batch_size
+        self.candidates = candidates
+        self.first_pair_steps = first_pair_steps
+        self.ahead_steps = ahead_steps
         self.told: set[str] = set()
 
     def forget(self, key: str) -> None:
@@ -81,11 +102,28 @@ class Racing:
     def stop_losers(self, running: Iterable[str], results: Mapping[str, TrialResult]) -> dict[str, str]:
         """Tell each running trial that cannot win to stop; {key: reason} of those told now."""
         pending = [k for k in running if k not in self.told]
-        stopped = losers(pending, results, self.global_batch_size, lambda k: progress_step_times(trial_dir(self.sweep_dir, k)))
+        if self.candidates is None:
+            stopped = losers(pending, results, self.global_batch_size, lambda k: progress_step_times(trial_dir(self.sweep_dir, k)))
+        else:
+            # Every running trial is a rival of the others, told or not: each one's progress so far.
+            now = {k: Running(self.candidates[k], progress_step_times(trial_dir(self.sweep_dir, k))) for k in running if k in self.candidates}
+            stopped = {
+                k: why
+                for k, why in decision_stops(
+                    now, results, self.global_batch_size, first_pair_steps=self.first_pair_steps, ahead_steps=self.ahead_steps
+                ).items()
+                if k not in self.told
+            }
         for key, reason in stopped.items():
             atomic_write_text(trial_dir(self.sweep_dir, key) / STOP_FILE, json.dumps({"reason": reason, "at": now_iso()}) + "\n")
             self.told.add(key)
         return stopped
+
+
+def plan_ahead_steps(workload: Any, warmup_steps: int) -> int:
+    """core/decision.ahead_after_steps for a plan's workload config: the built-in RNN-T's
+    workload.stress_step where it has one; a command trial's (or a config without one) 0: none."""
+    return ahead_after_steps(int(getattr(workload, "stress_step", 0) or 0), int(warmup_steps))
 
 
 def predicted_record(cand: Candidate, pred: PeakPrediction, capacity_gib: float, global_batch_size: int, num_devices: int) -> TrialResult:

@@ -1,0 +1,173 @@
+"""Measure to the decision (pure): stop a running trial once more steps cannot change the answer.
+
+Adaptive measurement (core/measure.py) times a pair until its own median is known to
++-target_precision; on a GPU, where per-step times scatter by 5-7%, that is rarely met before
+the cap, so every pair that fits cost the full cap, whether or not it could be the answer.
+Here the question is the sweep's instead. A running pair is stopped because it cannot win once
+warm-up and FIT_KNOWN_STEPS timed steps have passed, when
+
+1. ordering: a finished roomy pair outranks it by the throughput ordering
+   (core/implications.no_faster_than: no bigger micro-batch, no bigger joint chunk, no split
+   saving) and its own steps so far agree (its median is below that pair's). The ordering is a
+   heuristic; a pair whose first steps contradict it runs on to the rules below;
+2. racing: its 95% interval lies wholly below the leader's (core/measure.cannot_win, with its
+   guards: real intervals on both sides, a margin for run-to-run drift);
+and because it is ahead only once its fit is known (it has passed its stress step: see
+ahead_after_steps), when
+
+3. separated: its interval lies wholly above every rival's (each finished roomy ok pair, and each
+   running pair with a real interval): it is the answer so far, and more steps would only narrow
+   an interval that already decides. With no rival measured yet, the first pair stops at
+   trial.measure_steps: every later pair is compared with it, and one that lands inside its
+   interval is measured on (rule 3 cannot separate them) to the cap.
+
+A pair stopped for being ahead may be the recommendation, so it must have met the worst memory its
+training will: the built-in RNN-T repeats its worst batch at step workload.stress_step, after the
+allocator has seen other shapes (the late OOMs on the H100 came at timed steps 9 and 22, after
+the first step had fitted). A pair stopped because it cannot win is not recommended whatever its
+fit, so those rules need not wait.
+
+A pair that may still be the answer (its interval overlaps the leader's or the runner-up's) runs
+on until the trial's own rule (target precision or the cap) ends it. A stopped trial keeps its
+partial measurement as ok with `stopped_early` saying why, as racing's stops do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sweep.core.implications import no_faster_than
+from sweep.core.measure import MIN_INTERVAL_STEPS, cannot_win, race_reason
+from sweep.core.ranking import ranked_ok
+from sweep.core.schema import TrialResult
+from sweep.core.space import Candidate
+from sweep.core.stats import throughput_summary
+
+# Timed steps after warm-up before a pair may stop because it cannot win. The built-in RNN-T's
+# first step is its longest batch, so one passed step has met the worst memory on a fresh
+# allocator; a command trial's worst step is unknown, and this is also where it may stop ahead.
+FIT_KNOWN_STEPS = 1
+
+
+def ahead_after_steps(stress_step: int, warmup_steps: int) -> int:
+    """Timed steps a pair must have run before it may stop for being ahead.
+
+    stress_step: the step index, warm-up included and counted from 0, at which the workload repeats
+    its worst batch (the built-in RNN-T's workload.stress_step); 0 where it has none (command
+    trials). Passing that step is timed step stress_step - warmup_steps + 1; a stress step inside
+    the warm-up, or none, leaves FIT_KNOWN_STEPS."""
+    if stress_step <= 0:
+        return FIT_KNOWN_STEPS
+    return max(FIT_KNOWN_STEPS, stress_step - warmup_steps + 1)
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running trial as the decision sees it: its pair and the timed steps it has reported."""
+
+    cand: Candidate
+    step_times_s: Sequence[float]
+
+
+def _interval(times: Sequence[float], global_batch_size: int) -> tuple[float, Interval]:
+    mid, low, high = throughput_summary(times, global_batch_size)
+    return mid, (low, high)
+
+
+def _has_interval(r: TrialResult) -> bool:
+    return bool(r.throughput_low and r.throughput_high and r.step_times_s)
+
+
+def outranking(cand: Candidate, results: Mapping[str, TrialResult]) -> list[TrialResult]:
+    """The finished roomy ok pairs that outrank `cand` by the throughput ordering, fastest first."""
+    return [r for r in ranked_ok(results) if not r.tight and r.key != cand.key and no_faster_than(cand, r)]
+
+
+def cancel_reason(cand: Candidate, results: Mapping[str, TrialResult]) -> str | None:
+    """Why a screening trial still before its first timed step is not needed, or None.
+
+    The throughput ordering rules it out as it rules out the pairs the staircase does not launch:
+    a screening trial outranked before it timed a step is treated like one of those (its job is
+    cancelled), since what it would add, screening's coarse figure, cannot change which pairs
+    the full trials confirm."""
+    by = outranking(cand, results)
+    if not by:
+        return None
+    return f"cancelled before its first timed step: outranked by {by[0].key} (no bigger micro-batch or joint chunk)"
+
+
+def decision_stop(
+    key: str,
+    running: Mapping[str, Running],
+    results: Mapping[str, TrialResult],
+    global_batch_size: int,
+    *,
+    first_pair_steps: int,
+    ahead_steps: int = FIT_KNOWN_STEPS,
+) -> str | None:
+    """Why the running trial `key` should stop now, or None while it may still change the answer.
+
+    first_pair_steps: where a pair stops with no rival measured (trial.measure_steps).
+    ahead_steps: timed steps before a pair may stop for being ahead (ahead_after_steps).
+    """
+    me = running[key]
+    times = [t for t in me.step_times_s if t > 0]
+    n = len(times)
+    if n < FIT_KNOWN_STEPS:
+        return None
+    mid, mine = _interval(times, global_batch_size)
+    roomy = [r for r in ranked_ok(results) if not r.tight and r.key != key]
+    # 1. the throughput ordering, where the pair's own steps agree with it
+    for r in outranking(me.cand, results):
+        if mid < float(r.throughput or 0.0):
+            return (
+                f"stopped after {n} timed step{'s' if n != 1 else ''}: outranked by {r.key} (no bigger micro-batch or "
+                f"joint chunk, and {mid:.4g} samples/s so far against its {float(r.throughput or 0.0):.4g})"
+            )
+    if n < MIN_INTERVAL_STEPS:
+        return None
+    rivals: list[tuple[str, Interval, int]] = [
+        (r.key, (float(r.throughput_low or 0.0), float(r.throughput_high or 0.0)), len(r.step_times_s)) for r in roomy if _has_interval(r)
+    ]
+    for other, run in running.items():
+        other_times = [t for t in run.step_times_s if t > 0]
+        if other != key and len(other_times) >= MIN_INTERVAL_STEPS:
+            rivals.append((other, _interval(other_times, global_batch_size)[1], len(other_times)))
+    # 2. racing: below the finished leader (the best roomy pair with a real interval)
+    lead = next(((k, iv, s) for k, iv, s in rivals if k in results), None)
+    if lead is not None and cannot_win(mine, lead[1], candidate_steps=n, leader_steps=lead[2]):
+        return race_reason(mine, lead[1], lead[0], n)
+    # 3. separated above every rival: the answer so far, already decided, once its fit is known
+    if n < ahead_steps:
+        return None
+    if not rivals:
+        if n >= first_pair_steps:
+            return f"stopped after {n} timed steps: no other pair measured yet (each later pair is compared with this one)"
+        return None
+    if all(cannot_win(iv, mine, candidate_steps=steps, leader_steps=n) for _, iv, steps in rivals):
+        runner_up = max(rivals, key=lambda x: x[1][1])
+        return (
+            f"stopped after {n} timed steps: ahead of every measured pair (95% lower bound {mine[0]:.4g} samples/s "
+            f"> the runner-up {runner_up[0]}'s upper bound {runner_up[1][1]:.4g})"
+        )
+    return None
+
+
+def decision_stops(
+    running: Mapping[str, Running],
+    results: Mapping[str, TrialResult],
+    global_batch_size: int,
+    *,
+    first_pair_steps: int,
+    ahead_steps: int = FIT_KNOWN_STEPS,
+) -> dict[str, str]:
+    """{key: reason} for every running trial that should stop now."""
+    out = {}
+    for key in running:
+        reason = decision_stop(key, running, results, global_batch_size, first_pair_steps=first_pair_steps, ahead_steps=ahead_steps)
+        if reason:
+            out[key] = reason
+    return out

@@ -1,0 +1,186 @@
+"""Measure to the decision (core/decision.py): which running trials stop, and why, on known intervals;
+and the orchestrator's side (orchestration/racing.py) writing stop.json for them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import make_dataclass, replace
+
+import pytest
+
+from sweep.core.decision import FIT_KNOWN_STEPS, Running, ahead_after_steps, decision_stop, decision_stops
+from sweep.core.measure import STOP_FILE, progress_record, write_progress
+from sweep.core.schema import Status, TrialResult, trial_dir
+from sweep.core.space import enumerate_candidates
+from sweep.core.stats import throughput_summary
+from sweep.orchestration.racing import Racing, plan_ahead_steps
+
+GBS = 64
+PAIRS = {c.key: c for c in enumerate_candidates(GBS, 1, None, None) if c.valid}
+STEADY = [0.010, 0.0101, 0.0099, 0.010, 0.0102, 0.0098, 0.010, 0.0100]  # ~6400 samples/s, +-2%
+
+
+def ok(key: str, times: list[float], tight: bool = False) -> TrialResult:
+    c = PAIRS[key]
+    mid, low, high = throughput_summary(times, GBS)
+    return TrialResult(
+        **c.numbers(GBS, 1), status=Status.OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high, tight=tight
+    )
+
+
+def stop(key: str, times: list[float], results: dict, others: dict | None = None, ahead_steps: int = FIT_KNOWN_STEPS) -> str | None:
+    running = {key: Running(PAIRS[key], times), **{k: Running(PAIRS[k], t) for k, t in (others or {}).items()}}
+    return decision_stop(key, running, results, GBS, first_pair_steps=8, ahead_steps=ahead_steps)
+
+
+def test_an_outranked_pair_stops_after_one_step_when_its_step_agrees_with_the_ordering():
+    # accum4_split2 (p=16, j=8) has no bigger micro-batch or joint chunk than accum2_split1 (p=32, j=32).
+    results = {"accum2_split1": ok("accum2_split1", STEADY)}
+    why = stop("accum4_split2", [0.02], results)
+    assert why is not None and "outranked by accum2_split1" in why and "after 1 timed step:" in why
+    # Its first step contradicts the heuristic (faster than the pair said to outrank it): it runs on.
+    assert stop("accum4_split2", [0.005], results) is None
+    # No timed step yet: its fit is not known.
+    assert stop("accum4_split2", [], results) is None
+    # A tight pair outranks nothing: it is not what the sweep recommends.
+    assert stop("accum4_split2", [0.02], {"accum2_split1": ok("accum2_split1", STEADY, tight=True)}) is None
+
+
+def test_a_pair_below_the_leader_stops_as_racing_would_and_one_inside_its_interval_runs_on():
+    results = {"accum1_split2": ok("accum1_split2", STEADY)}
+    slow = [0.1, 0.12, 0.08, 0.1, 0.12, 0.08]
+    why = stop("accum2_split1", slow, results)  # p smaller, j bigger: the ordering cannot decide
+    assert why is not None and "cannot beat the leader accum1_split2" in why
+    assert stop("accum2_split1", slow[:5], results) is None  # five steps: no 95% interval yet
+    assert stop("accum2_split1", [t * 1.01 for t in STEADY], results) is None  # a tie: measured on to the cap
+
+
+def test_a_pair_above_every_rival_stops_once_separated():
+    results = {"accum1_split2": ok("accum1_split2", [t * 3 for t in STEADY]), "accum4_split1": ok("accum4_split1", [t * 5 for t in STEADY])}
+    why = stop("accum2_split1", STEADY[:6], results)
+    assert why is not None and "ahead of every measured pair" in why and "runner-up accum1_split2" in why
+    # A running rival as fast as it keeps both measuring.
+    assert stop("accum2_split1", STEADY[:6], results, {"accum8_split1": STEADY}) is None
+
+
+def test_the_first_pair_stops_at_measure_steps_and_not_before():
+    assert stop("accum2_split1", STEADY[:7], {}) is None
+    assert "no other pair measured yet" in (stop("accum2_split1", STEADY, {}) or "")
+
+
+def test_racing_with_candidates_writes_the_decision_to_stop_json_once(tmp_path):
+    results = {"accum2_split1": ok("accum2_split1", STEADY)}
+    write_progress(trial_dir(tmp_path, "accum4_split2"), progress_record([0.02]))
+    write_progress(trial_dir(tmp_path, "accum1_split1"), progress_record([0.011]))  # p=64 > 32: may be faster
+    racing = Racing(tmp_path, GBS, PAIRS, first_pair_steps=8)
+    told = racing.stop_losers(["accum4_split2", "accum1_split1"], results)
+    assert list(told) == ["accum4_split2"]
+    record = json.loads((trial_dir(tmp_path, "accum4_split2") / STOP_FILE).read_text())
+    assert "outranked by accum2_split1" in record["reason"]
+    assert not (trial_dir(tmp_path, "accum1_split1") / STOP_FILE).exists()
+    assert racing.stop_losers(["accum4_split2", "accum1_split1"], results) == {}  # told once
+    # Without candidates, racing's rule alone: one step decides nothing.
+    racing_only = Racing(tmp_path, GBS)
+    racing_only.forget("accum4_split2")
+    assert racing_only.stop_losers(["accum4_split2"], results) == {}
+
+
+def test_decision_stops_covers_every_running_trial():
+    results = {"accum2_split1": ok("accum2_split1", STEADY)}
+    running = {k: Running(PAIRS[k], t) for k, t in {"accum4_split2": [0.02], "accum8_split1": [0.04] * 3}.items()}
+    assert set(decision_stops(running, results, GBS, first_pair_steps=8)) == {"accum4_split2", "accum8_split1"}
+    assert decision_stops(running, {k: replace(v, tight=True) for k, v in results.items()}, GBS, first_pair_steps=8) == {}
+
+
+def test_a_screening_trial_outranked_before_its_first_step_is_not_needed():
+    from sweep.core.decision import cancel_reason
+
+    results = {"accum2_split1": ok("accum2_split1", STEADY)}
+    assert "outranked by accum2_split1" in (cancel_reason(PAIRS["accum8_split1"], results) or "")
+    assert cancel_reason(PAIRS["accum1_split1"], results) is None  # a bigger micro-batch may be faster
+    assert cancel_reason(PAIRS["accum8_split1"], {"accum2_split1": ok("accum2_split1", STEADY, tight=True)}) is None
+
+
+@pytest.mark.parametrize(
+    ("stress_step", "warmup_steps", "expected"),
+    [
+        (9, 2, 8),  # the RNN-T default: step 9 is the 8th timed step, the last of the shortest trial
+        (0, 2, FIT_KNOWN_STEPS),  # no stress step (command trials): the first timed step
+        (1, 2, FIT_KNOWN_STEPS),  # a stress step inside the warm-up is met before timing starts
+        (2, 2, 1),  # the first timed step
+        (9, 0, 10),
+        (40, 2, 39),  # past the cap: a possible answer is never stopped for being ahead
+    ],
+)
+def test_a_pair_may_stop_ahead_only_past_its_stress_step(stress_step, warmup_steps, expected):
+    assert ahead_after_steps(stress_step, warmup_steps) == expected
+
+
+def test_the_plan_hands_in_the_workloads_stress_step_or_none():
+    from sweep.workloads.command.config import CommandWorkloadConfig
+
+    with_stress = make_dataclass("WithStress", [("stress_step", int, 9)])
+    assert plan_ahead_steps(with_stress(), 2) == 8
+    assert plan_ahead_steps(with_stress(stress_step=0), 2) == FIT_KNOWN_STEPS
+    assert plan_ahead_steps(CommandWorkloadConfig(), 2) == FIT_KNOWN_STEPS  # no such field: none
+    # The built-in RNN-T's config, with the rnnt branch's stress_step (default 9) or without it.
+    from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+
+    rnnt = RNNTWorkloadConfig()
+    assert plan_ahead_steps(rnnt, 2) == (rnnt.stress_step - 1 if hasattr(rnnt, "stress_step") else FIT_KNOWN_STEPS)
+
+
+# Rows: (steps timed, ahead_steps, stops?). SEPARATED is ahead of every measured pair after 6 steps.
+SEPARATED = {"accum1_split2": [t * 3 for t in STEADY], "accum4_split1": [t * 5 for t in STEADY]}
+
+
+@pytest.mark.parametrize(
+    ("steps", "ahead_steps", "stops"),
+    [(6, FIT_KNOWN_STEPS, True), (6, 8, False), (7, 8, False), (8, 8, True), (8, 9, False)],
+)
+def test_a_pair_ahead_of_every_rival_stops_only_past_its_stress_step(steps, ahead_steps, stops):
+    results = {k: ok(k, t) for k, t in SEPARATED.items()}
+    times = (STEADY * 2)[:steps]
+    why = stop("accum2_split1", times, results, ahead_steps=ahead_steps)
+    assert (why is not None and "ahead of every measured pair" in why) if stops else why is None
+
+
+@pytest.mark.parametrize(("steps", "ahead_steps", "stops"), [(8, 8, True), (8, 10, False), (9, 10, False), (10, 10, True)])
+def test_the_first_pair_stops_at_measure_steps_or_past_its_stress_step_whichever_is_later(steps, ahead_steps, stops):
+    why = stop("accum2_split1", (STEADY * 2)[:steps], {}, ahead_steps=ahead_steps)
+    assert (why is not None and "no other pair measured yet" in why) if stops else why is None
+
+
+def test_a_pair_that_cannot_win_stops_before_its_stress_step():
+    """Not recommended whatever its fit: the ordering after one step, racing once it has an interval."""
+    outranked = stop("accum4_split2", [0.02], {"accum2_split1": ok("accum2_split1", STEADY)}, ahead_steps=8)
+    assert outranked is not None and "outranked by accum2_split1" in outranked
+    slow = [0.1, 0.12, 0.08, 0.1, 0.12, 0.08]
+    raced = stop("accum2_split1", slow, {"accum1_split2": ok("accum1_split2", STEADY)}, ahead_steps=8)
+    assert raced is not None and "cannot beat the leader accum1_split2" in raced
+
+
+def test_racing_hands_ahead_steps_to_the_decision(tmp_path):
+    results = {k: ok(k, t) for k, t in SEPARATED.items()}
+    write_progress(trial_dir(tmp_path, "accum2_split1"), progress_record(STEADY[:6]))
+    assert Racing(tmp_path, GBS, PAIRS, first_pair_steps=8, ahead_steps=8).stop_losers(["accum2_split1"], results) == {}
+    told = Racing(tmp_path, GBS, PAIRS, first_pair_steps=8).stop_losers(["accum2_split1"], results)
+    assert "ahead of every measured pair" in told["accum2_split1"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["workload=rnnt_base", "trial.warmup_steps=3"], ["workload=command", "workload.argv=[python,train.py]"]],
+    ids=["rnnt_demo", "rnnt_base", "command"],
+)
+def test_the_orchestrator_measures_to_the_decision_with_the_plans_stress_step(tmp_path, overrides):
+    """The composed config's workload and warm-up set where a pair may stop for being ahead."""
+    from sbatch_golden import compose_plan
+
+    from sweep.orchestration.orchestrator import Orchestrator
+
+    plan = compose_plan(overrides, str(tmp_path / "s"))
+    stress = getattr(plan.workload, "stress_step", 0)
+    expected = stress - plan.trial.warmup_steps + 1 if stress > plan.trial.warmup_steps else FIT_KNOWN_STEPS
+    racing = Orchestrator(plan).racing
+    assert racing.candidates is not None and racing.ahead_steps == expected

@@ -1,0 +1,228 @@
+"""Parallel screening (orchestration/screening.py, core/screening.py) driven end to end on a CPU host:
+torch is made to report 4 CUDA devices, as tests/test_gpu_groups.py does; a sweep with
+machine.num_devices=2 screens every pair as one-rank trials at half the global batch, side by side on
+disjoint single devices, then confirms the leaders with full 2-device trials."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from sweep.core.schema import Status, TrialResult
+from sweep.core.screening import confirm_candidates, screens
+from sweep.core.stats import throughput_summary
+
+# Records what it was given; reports a throughput the default (Myrtle) parser reads. accum=1 and 2
+# are within a few percent of each other, accum=4 and 8 far slower.
+SCRIPT = r'''
+import json, os, sys, time
+accum, gbs, ndev, ledger = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+start = time.time()
+time.sleep(1.5)
+name = f"accum{accum}_n{ndev}_{os.getpid()}.json"
+with open(os.path.join(ledger, name), "w") as f:
+    json.dump({"accum": accum, "gbs": gbs, "ndev": ndev, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start, "end": time.time()}, f)
+speed = {1: 1000.0, 2: 980.0, 4: 500.0, 8: 250.0}[accum]
+for epoch in (1, 2, 3):
+    print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {speed:8.2f} | train_avg_took : {0.016 * accum:6.2f}", flush=True)
+'''
+
+
+def test_screening_modes():
+    assert screens("auto", 8) and screens("on", 2) and not screens("off", 8) and not screens("auto", 1)
+    with pytest.raises(ValueError, match="search.screen='sometimes' is not valid: expected one of auto, on, off"):
+        screens("sometimes", 8)
+
+
+def _ok(accum: int, times: list[float], tight: bool = False) -> TrialResult:
+    mid, low, high = throughput_summary(times, 64)
+    return TrialResult(accum=accum, split=1, per_device_batch=64 // accum, joint_batch=64 // accum, global_batch_size=64, num_devices=1,
+                       status=Status.OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high, tight=tight)
+
+
+def test_the_pairs_inside_the_leaders_noise_are_confirmed_and_a_failed_confirmation_opens_the_next():
+    steady = [0.010, 0.0101, 0.0099, 0.010, 0.0102, 0.0098, 0.010, 0.0100]
+    screened = {r.key: r for r in (_ok(1, steady), _ok(2, [t * 1.01 for t in steady]), _ok(4, [t * 2 for t in steady]))}
+    assert [r.key for r in confirm_candidates(screened)] == ["accum1_split1", "accum2_split1"]
+    # Both confirmations ran out of memory as full trials: the next screened pair is confirmed.
+    ooms = {k: TrialResult(accum=r.accum, split=1, per_device_batch=r.per_device_batch, joint_batch=r.joint_batch, global_batch_size=128,
+                           num_devices=2, status=Status.OOM) for k, r in screened.items() if k != "accum4_split1"}
+    assert [r.key for r in confirm_candidates(screened, ooms)] == ["accum4_split1"]
+
+
+def run_in_process(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
+    from sweep.cli.main import main
+
+    monkeypatch.setattr(sys, "argv", ["sweep", *args])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.delenv("SWEEP_DEBUG", raising=False)
+    return main()
+
+
+@pytest.mark.e2e
+def test_a_two_device_sweep_screens_one_rank_trials_side_by_side_then_confirms_with_full_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 1024**3, name=f"Fake80GB{i}"))
+    script, ledger, sweep_dir = tmp_path / "train.py", tmp_path / "ledger", tmp_path / "sweep"
+    script.write_text(SCRIPT)
+    ledger.mkdir()
+    code = run_in_process(
+        [
+            "workload=command", f"workload.argv=[{sys.executable},{script},'{{accum}}','{{global_batch_size}}','{{num_devices}}',{ledger}]",
+            "machine.name=fake4gpu", "machine.device=cuda", "machine.num_devices=2", "hydra.launcher.tasks_per_node=2",
+            "machine.memory_gib=80", "global_batch_size=128", "search=grid", "accum=1,2,4,8", "split=1", "trial.time_limit_s=60",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        monkeypatch,
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    seen = [json.loads(p.read_text()) for p in ledger.glob("*.json")]
+    screening = [r for r in seen if r["ndev"] == 1]
+    full = [r for r in seen if r["ndev"] == 2]
+    # Every pair screened once, one rank at half the global batch, on one device of its own, some side by side.
+    assert sorted(r["accum"] for r in screening) == [1, 2, 4, 8] and {r["gbs"] for r in screening} == {64}
+    assert all(r["visible"] in {"0", "1", "2", "3"} for r in screening)
+    side_by_side = [(a, b) for a, b in itertools.combinations(screening, 2) if a["start"] < b["end"] and b["start"] < a["end"]]
+    assert side_by_side and all(a["visible"] != b["visible"] for a, b in side_by_side)
+    # Only the two pairs inside the leader's noise ran as full trials, at the full global batch, after screening.
+    assert {r["accum"] for r in full} == {1, 2} and {r["gbs"] for r in full} == {128}
+    assert min(r["start"] for r in full) > max(r["end"] for r in screening)
+    # The table rests on the full trials; the screening rows are kept in their own sweep dir.
+    rows = {r["accum"]: r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+    assert {a for a, r in rows.items() if r["status"] == "ok"} == {"1", "2"}
+    assert all(r["num_devices"] == "2" for r in rows.values())
+    screened = {r["accum"]: r for r in csv.DictReader((sweep_dir / "screening" / "trials.csv").open())}
+    assert {a for a, r in screened.items() if r["status"] == "ok"} == {"1", "2", "4", "8"}
+    assert all(r["num_devices"] == "1" and r["global_batch_size"] == "64" for r in screened.values())
+    assert "screening: 4 pairs as one-rank trials at global_batch_size=64" in out.out
+    rec = yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
+    assert (rec["accum"], rec["split"]) == (1, 1)
+
+
+@pytest.mark.parametrize("extra", [[], ["machine.nodes=2", "machine.num_devices=16"]], ids=["8 GPUs", "2 nodes of 8"])
+def test_on_slurm_screening_trials_are_one_gpu_jobs(tmp_path: Path, extra: list[str]) -> None:
+    from sbatch_golden import SLURM, _srun_not_required, compose_plan
+
+    from sweep.launch import backend as backends
+    from sweep.orchestration.screening import screening_plan
+
+    plan = compose_plan(["+machine=a100x8", *SLURM, *extra], str(tmp_path / "s"))
+    assert plan.screen  # auto: CUDA and more than one device
+    sub = screening_plan(plan)
+    assert (sub.meta.num_devices, sub.meta.global_batch_size, sub.max_in_flight) == (1, plan.meta.global_batch_size // plan.meta.num_devices, plan.meta.num_devices)
+    assert sub.sweep_dir == plan.sweep_dir / "screening" and sub.trial.max_measure_steps == plan.trial.measure_steps
+    backends.check_task_layout(sub.launcher, sub.machine.num_devices)
+    with _srun_not_required():
+        executor = backends.make_executor(sub.launcher, sub.time_limit_s)
+        text = executor._make_submission_file_text(executor._submitit_command_str, "uid")
+    assert "#SBATCH --gpus-per-node=1" in text and "#SBATCH --ntasks-per-node=1" in text and "#SBATCH --nodes=1" in text
+    assert compose_plan(["+machine=a100x8", *SLURM, "search.screen=off"], str(tmp_path / "t")).screen is False
+    assert compose_plan(["+machine=cpu2", *SLURM], str(tmp_path / "u")).screen is False  # auto: CUDA only
+
+
+def test_a_bad_screen_mode_is_one_line(tmp_path: Path) -> None:
+    from sbatch_golden import compose_plan
+
+    from sweep.errors import SweepError
+
+    with pytest.raises(SweepError, match="search.screen='sometimes' is not valid: expected one of auto, on, off"):
+        compose_plan(["search.screen=sometimes"], str(tmp_path / "s"))
+
+
+# accum=1 prints its per-iteration figures at once; every other accum sits in a long warm-up first.
+SLOW_START = r'''
+import sys, time
+accum = int(sys.argv[1])
+if accum > 1:
+    time.sleep(40)
+for it in range(12):
+    print(f"iter {it}: loss 1.0000, time {10.0 * accum * (1 + 0.001 * (it % 3)):.2f}ms, mfu 30.00%", flush=True)
+    time.sleep(0.02)
+'''
+
+
+@pytest.mark.e2e
+def test_a_screening_trial_the_ordering_rules_out_before_its_first_step_is_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The staircase screens accum=2 and accum=1 side by side; once accum=1 lands, accum=2 (no bigger
+    micro-batch) is not needed: cancelled in its warm-up, not left to run 40 s."""
+    import time
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    script, sweep_dir = tmp_path / "train.py", tmp_path / "sweep"
+    script.write_text(SLOW_START)
+    t0 = time.monotonic()
+    code = run_in_process(
+        [
+            "workload=command", f"workload.argv=[{sys.executable},{script},'{{accum}}']", "workload.parser.type=nanogpt",
+            "machine.device=cuda", "machine.num_devices=2", "hydra.launcher.tasks_per_node=2", "machine.memory_gib=80",
+            "global_batch_size=64", "search=staircase", "accum=1,2,4,8", "split=1", "trial.time_limit_s=120",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        monkeypatch,
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    screened = {r["accum"]: r for r in csv.DictReader((sweep_dir / "screening" / "trials.csv").open())}
+    assert screened["1"]["status"] == "ok" and screened["2"]["status"] == "cancelled"
+    assert "accum=2 split=1: cancelled before its first timed step: outranked by accum1_split1" in out.out
+    assert time.monotonic() - t0 < 40  # accum=2's warm-up was not waited out
+    rec = yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
+    assert (rec["accum"], rec["split"]) == (1, 1)
+
+
+@pytest.mark.e2e
+def test_stopped_while_screening_it_says_to_resume_the_whole_sweep(tmp_path: Path) -> None:
+    """Ctrl-C during the screening phase (search.screen=on with 2 CPU ranks): the hint names the sweep dir,
+    whose sweep.json already holds the command that resume= replays."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from test_interrupts import ARGV
+
+    sweep_dir = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweep", f"hydra.sweep.dir={sweep_dir}", "workload=command", ARGV, "global_batch_size=16", "search=grid",
+         "accum=1,2,4", "split=1", "trial.time_limit_s=60", "search.screen=on", "machine.num_devices=2", "hydra.launcher.tasks_per_node=2"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (sweep_dir / "screening" / "trials" / "accum1_split1" / "result.json").exists():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert f"resume with: python -m sweep resume={sweep_dir}\n" in out, out
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    assert record["state"] == "screening" and "search.screen=on" in record["argv"]
+    assert not (sweep_dir / "trials.csv").exists()  # no full trial ran
+
+
+def test_a_dry_run_says_screening_comes_first(tmp_path: Path) -> None:
+    from sbatch_golden import compose_plan
+
+    from sweep.orchestration.preflight import dry_run_text
+
+    text = dry_run_text(compose_plan(["+machine=a100x8"], str(tmp_path / "s")))
+    assert "screening first (search.screen): the candidates as one-rank trials at global_batch_size=128, 8 at a time" in text
+    assert "screening" not in dry_run_text(compose_plan(["+machine=a100x8", "search.screen=off"], str(tmp_path / "t")))
