@@ -37,3 +37,11 @@ class ReportError(ValueError):
 
 class UsageError(Exception):
     """A bad command line of a helper command (`python -m sweep.logs`): one line, exit 2."""
+
+
+class NotRegularFileError(OSError):
+    """A path that should be a file is a FIFO, a device or a socket (reading it could block forever)."""
+
+
+class IncomparableSweepsWarning(UserWarning):
+    """compare() lined up sweeps whose (accum, split) pairs mean different per-device batches."""

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.analysis.api import SCHEMA, Source, load
-from sweep.errors import LoadError
+from sweep.errors import IncomparableSweepsWarning, LoadError  # the warning: still importable from here
 
 COMPARE_COLUMNS = [
     "accum",
@@ -56,10 +56,6 @@ COMPARE_COLUMNS = [
     "ratio_vs_first",
     "within_noise",
 ]
-
-class IncomparableSweepsWarning(UserWarning):
-    """compare() lined up sweeps whose (accum, split) pairs mean different per-device batches."""
-
 
 # Constant within a sweep: filled in on compare() rows for pairs the sweep did not list.
 _SWEEP_LEVEL = ["sweep_id", "machine", "workload", "global_batch_size", "num_devices"]

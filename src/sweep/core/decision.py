@@ -124,7 +124,7 @@ def decision_stop(
     for r in outranking(me.cand, results):
         if mid < float(r.throughput or 0.0):
             return (
-                f"stopped after {n} timed step{'s' if n != 1 else ''}: outranked by {r.key} (no bigger micro-batch or "
+                f"outranked by {r.key} (no bigger micro-batch or "
                 f"joint chunk, and {mid:.4g} samples/s so far against its {float(r.throughput or 0.0):.4g})"
             )
     if n < MIN_INTERVAL_STEPS:
@@ -139,18 +139,18 @@ def decision_stop(
     # 2. racing: below the finished leader (the best roomy pair with a real interval)
     lead = next(((k, iv, s) for k, iv, s in rivals if k in results), None)
     if lead is not None and cannot_win(mine, lead[1], candidate_steps=n, leader_steps=lead[2]):
-        return race_reason(mine, lead[1], lead[0], n)
+        return race_reason(mine, lead[1], lead[0])
     # 3. separated above every rival: the answer so far, already decided, once its fit is known
     if n < ahead_steps:
         return None
     if not rivals:
         if n >= first_pair_steps:
-            return f"stopped after {n} timed steps: no other pair measured yet (each later pair is compared with this one)"
+            return "no other pair measured yet (each later pair is compared with this one)"
         return None
     if all(cannot_win(iv, mine, candidate_steps=steps, leader_steps=n) for _, iv, steps in rivals):
         runner_up = max(rivals, key=lambda x: x[1][1])
         return (
-            f"stopped after {n} timed steps: ahead of every measured pair (95% lower bound {mine[0]:.4g} samples/s "
+            f"ahead of every measured pair (95% lower bound {mine[0]:.4g} samples/s "
             f"> the runner-up {runner_up[0]}'s upper bound {runner_up[1][1]:.4g})"
         )
     return None

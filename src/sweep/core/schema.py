@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweep.errors import ResultError  # defined there; still importable from here
+from sweep.errors import NotRegularFileError, ResultError  # defined there; still importable from here
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"  # written by the trial only
@@ -289,10 +289,6 @@ def write_result(result: TrialResult, trial_dir: Path) -> Path:
     path = Path(trial_dir) / RESULT_FILE
     atomic_write_text(path, json.dumps(check_figures(result).to_dict(), indent=2, allow_nan=False) + "\n")
     return path
-
-
-class NotRegularFileError(OSError):
-    """A path that should be a file is a FIFO, a device or a socket."""
 
 
 def read_regular_text(path: Path) -> str:
