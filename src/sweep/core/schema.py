@@ -106,6 +106,12 @@ class TrialResult:
     finished_at: str = ""
     stopped_early: str = ""  # why racing stopped it (it could not beat the leader); empty if it ran its course
     fingerprint: str = ""  # the sweep configuration it measured under (core/fingerprint.py); empty: unknown
+    # Measured in the trial's own process (the probe): each step's reserved peak, warm-up included, in GiB;
+    # the step the peak was reached in; the module running when it ran out of memory; what measured it.
+    step_peak_reserved_gib: list[float] = field(default_factory=list)
+    peak_step: int | None = None
+    oom_module: str = ""
+    measured_by: str = ""
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -188,9 +194,10 @@ def _wrong_types(data: dict[str, Any]) -> str:
             continue
         if not _is_kind(data[name], kind):
             return f"{name}={data[name]!r} is not {kind}"
-    times = data.get("step_times_s", [])
-    if not isinstance(times, list) or not all(_is_kind(t, _NUM) for t in times):
-        return f"step_times_s={times!r} is not a list of numbers"
+    for name in ("step_times_s", "step_peak_reserved_gib"):
+        values = data.get(name, [])
+        if not isinstance(values, list) or not all(_is_kind(v, _NUM) for v in values):
+            return f"{name}={values!r} is not a list of numbers"
     return ""
 
 
