@@ -21,7 +21,17 @@ from sweep.errors import SweepError
 from sweep.workloads.base import CheckContext
 from sweep.workloads.rnnt import model as rnnt_model
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
-from sweep.workloads.rnnt.data import buckets, corpus, encoder_frames, length_spec, parameter_count, size_summary, step_lengths
+from sweep.workloads.rnnt.data import (
+    buckets,
+    corpus,
+    encoder_frames,
+    joint_bytes_per_cell,
+    length_spec,
+    parameter_count,
+    size_summary,
+    step_lengths,
+    worst_batch_cells,
+)
 from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator
 from sweep.workloads.rnnt.model import (
     RNNT,
@@ -406,3 +416,15 @@ def test_bf16_autocast_step_on_cpu_when_asked():
     assert w.amp_dtype is torch.bfloat16 and w.scaler is None
     loss = w.micro_batch(per_device_batch=4, accum=1, split=2, step_index=1, micro_index=0)
     assert torch.isfinite(loss) and all(p.grad is None or torch.isfinite(p.grad).all() for p in w.model.parameters())
+
+
+def test_dry_run_names_the_worst_batch_joint_padded_and_packed():
+    base = preset("rnnt_base")
+    text = size_summary(base)
+    padded, packed = worst_batch_cells(base, 16)
+    assert packed <= padded == 16 * 327 * 70 * 8704  # the corpus's longest utterances: 19.65 s, 68-69 tokens
+    assert "joint=fused packed on CUDA" in text and "the worst batch at step 0 and step 9" in text
+    # fp16 logits alone (2 bytes a cell) against the reference's fp32 log-probs and gradients (10).
+    assert joint_bytes_per_cell("fused", "auto", on_cuda=True) == 2 and joint_bytes_per_cell("reference", "auto", on_cuda=True) == 10
+    assert joint_bytes_per_cell("fused", "auto", on_cuda=False) == 4 and joint_bytes_per_cell("reference", "fp32", on_cuda=True) == 12
+    assert f"reference padded {padded * 10 / 1024**3:.2f} GiB, fused padded {padded * 2 / 1024**3:.2f} GiB" in text

@@ -198,21 +198,19 @@ def _gib(n: float) -> str:
     return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / 1024**2:.1f} MiB"
 
 
-# Bytes a lattice cell (T x (U+1) x V) costs at the joint's peak. Reference: the log-probs (fp32
-# under every precision: autocast runs log_softmax in fp32), their gradient and the logits'
-# fp32 gradient live together in the backward. Fused: the logits alone, at the amp dtype (fp32
-# without autocast), their gradient written into the same buffer (fused.py). Measured on CPU by
-# bench/bench_caiman.py.
-REFERENCE_BYTES_PER_CELL = 12
+# Bytes a lattice cell (T x (U+1) x V) costs at the joint's peak, as bench/bench_caiman.py counts
+# them (every storage joint_and_loss allocates). Reference: the fp32 log-probs, their gradient and
+# the logits' gradient live together in the backward (10.0 under fp16 autocast, 12.0 in fp32).
+# Fused: the logits alone, at the amp dtype (fp32 without autocast), their gradient written into
+# the same buffer (fused.py): 2.0 and 4.1.
+REFERENCE_BYTES_PER_CELL = {"fp32": 12, "half": 10}
 FUSED_BYTES_PER_CELL = {"fp32": 4, "half": 2}
 
 
 def joint_bytes_per_cell(joint: str, precision: str, on_cuda: bool) -> int:
     """The joint's bytes per lattice cell at its peak, for dry_run's figures."""
-    if joint != "fused":
-        return REFERENCE_BYTES_PER_CELL
-    half = precision in ("fp16", "bf16") or (precision == "auto" and on_cuda)
-    return FUSED_BYTES_PER_CELL["half" if half else "fp32"]
+    half = "half" if precision in ("fp16", "bf16") or (precision == "auto" and on_cuda) else "fp32"
+    return (FUSED_BYTES_PER_CELL if joint == "fused" else REFERENCE_BYTES_PER_CELL)[half]
 
 
 def worst_batch_cells(cfg: RNNTWorkloadConfig, utterances: int) -> tuple[int, int]:
