@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sweep.core.growth import GROWTH_PREFIX, at_risk, last_rise, still_growing
+from sweep.core.growth import GROWTH_PREFIX, at_risk, last_rise, late_oom_note, still_growing
 from sweep.core.ranking import SweepMeta, build_table, confidence_view, recommendation
 from sweep.core.schema import OK, OOM, TrialResult
 from sweep.core.space import Candidate
@@ -73,3 +73,15 @@ def test_settled_and_unmeasured_trials_are_not_at_risk():
     assert not at_risk(result(1, 8, 100.0))  # no per-step figures (an older record, a command trial)
     assert at_risk(result(1, 8, 100.0, tight=True))
     assert not at_risk(result(1, 8, 100.0, STAIRS_LATE, status=OOM))  # an OOM is out already
+
+
+def test_a_late_oom_says_at_which_step_it_came():
+    late = result(2, 8, 0.0, status=OOM)
+    late.step_times_s, late.warmup_steps, late.error = [1.0] * 22, 2, "CUDA out of memory in phase joint"
+    assert late_oom_note(late) == "out of memory at step 24 after 24 steps had fitted: a late OOM"
+    first = result(8, 1, 0.0, status=OOM)
+    first.step_times_s = []
+    assert late_oom_note(first) == "" and late_oom_note(result(1, 8, 100.0)) == ""
+    meta = SweepMeta("s", "m", "rnnt", 128, 1)
+    rows = build_table(meta, [Candidate(2, 8, 64, 8)], {late.key: late})
+    assert rows[0]["reason"] == "CUDA out of memory in phase joint; out of memory at step 24 after 24 steps had fitted: a late OOM"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sweep.core.schema import OK, TrialResult
+from sweep.core.schema import OK, OOM, TrialResult
 
 MIN_STEPS = 4  # fewer per-step peaks than this: no verdict
 TOLERANCE_OF_CAPACITY = 0.005  # a rise smaller than this share of the capacity is the allocator's rounding
@@ -73,3 +73,12 @@ def growth_note(r: TrialResult) -> str:
 def at_risk(r: TrialResult) -> bool:
     """Ran ok, but may OOM in real training: tight (headroom below the margin) or still growing."""
     return bool(r.tight) or bool(growth_note(r))
+
+
+def late_oom_note(r: TrialResult) -> str:
+    """For an OOM that came after timed steps had fit (a stress step, or growth): which step, and
+    how many fitted before it; "" for any other trial."""
+    if r.status != OOM or not r.step_times_s:
+        return ""
+    fitted = len(r.step_times_s)
+    return f"out of memory at step {r.warmup_steps + fitted} after {r.warmup_steps + fitted} steps had fitted: a late OOM"

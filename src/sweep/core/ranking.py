@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sweep.core.growth import at_risk, growth_note
+from sweep.core.growth import at_risk, growth_note, late_oom_note
 from sweep.core.schema import (
     CANCELLED,
     FAILED,
@@ -164,7 +164,9 @@ def build_table(
                 peak_mem_gib=res.peak_mem_gib,
                 wall_s=res.wall_s,
                 steps_measured=res.steps_measured if res.steps_measured is not None else len(res.step_times_s) or None,
-                reason=res.error or growth_note(res) or (f"stopped early: {res.stopped_early}" if res.stopped_early else ""),
+                reason="; ".join(filter(None, (res.error, late_oom_note(res))))
+                or growth_note(res)
+                or (f"stopped early: {res.stopped_early}" if res.stopped_early else ""),
                 log=res.log,
                 job_id=res.job_id,
                 rank=ranks.get(cand.key),
