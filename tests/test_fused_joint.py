@@ -124,3 +124,44 @@ def test_bad_joint_settings_name_the_value(changes, message):
     context = CheckContext(device="cpu", local_launch=True)
     with pytest.raises(SweepError, match=message.replace("(", r"\(")):
         get_workload("rnnt").validate(replace(TINY_VARIED, **changes), context)
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: torch.cuda.is_available() is False on this host")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("packed", [False, True])
+def test_on_cuda_the_fused_joint_matches_and_holds_about_two_bytes_a_cell(packed):
+    """Under the recipe's fp16 autocast on a real GPU: the same gradients as the reference joint, and
+    the CUDA allocator's peak over one chunk's joint and loss at most 2.5 bytes a lattice cell above
+    what the chunk's inputs and the weight gradients hold (the slope over two lattice sizes)."""
+    cuda = torch.device("cuda")
+    cfg = replace(TINY_VARIED, vocab=8704, joint_hidden=64, enc_hidden=64, pred_hidden=64, precision="fp16", joint_chunk_mib=4.0)
+    fused = RNNTWorkload(replace(cfg, joint="fused", packed_joint=packed), cuda)
+    reference = RNNTWorkload(cfg, cuda)
+    reference.model.load_state_dict(fused.model.state_dict())
+    gen = torch.Generator().manual_seed(0)
+    peaks = []
+    for frames in (64, 128):
+        B, U = 4, 16
+        enc = torch.randn(B, frames, 64, generator=gen).to(cuda)
+        pred = torch.randn(B, U + 1, 64, generator=gen).to(cuda)
+        labels = torch.randint(1, cfg.vocab, (B, U), generator=gen).to(cuda)
+        frame_lens, label_lens = torch.tensor([frames, frames // 2, frames, 3]), torch.tensor([U, U, 4, 1])
+        grads = []
+        for w in (reference, fused):
+            w.model.zero_grad(set_to_none=True)
+            e, p = enc.clone().requires_grad_(), pred.clone().requires_grad_()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            w.joint_and_loss(e, p, labels, 1 / 64, frame_lens, label_lens)  # GradScaler: 2**16 / 64 a cell at most
+            torch.cuda.synchronize()
+            if w is fused:
+                cells = (len(valid_cells(frame_lens, label_lens, frames, U + 1)) if packed else B * frames * (U + 1)) * cfg.vocab
+                peaks.append((cells, torch.cuda.max_memory_allocated() - base))
+            grads.append(e.grad.float())
+        torch.testing.assert_close(grads[1], grads[0], rtol=2e-2, atol=2e-3)
+    (c0, p0), (c1, p1) = peaks
+    assert (p1 - p0) / (c1 - c0) <= 2.5
