@@ -162,6 +162,7 @@ class Probe:
         self.last_module = None
         self.backward_module = None  # weakref: the module whose output's gradient was computed last
         self.backward_depth = 0
+        self.last_watched = None  # weakref: the tensor whose gradient was hooked last
         self.allocator_oom_pending = False
         self.seen_exceptions: list[int] = []
 
@@ -395,13 +396,15 @@ class Probe:
 
     def _optimizer_ends(self, optimizer, skipped: bool) -> None:
         self._sync()
+        # Memory first, then the clock: the probe's own work belongs to the step that ends here, so the
+        # boundary falls where the optimizer step returns to the trainer.
+        self._sample_memory()
         self.group_end = time.perf_counter()
         self.group_end_wall = time.time()
         self.group[id(optimizer)] = self.group.get(id(optimizer), 0) + 1
         self.group_skipped += int(skipped)
         self.current_optimizer = None
         self.last_module = None
-        self._sample_memory()
         if self.expected is not None and self.expected <= set(self.group):
             self._close_step()
 
@@ -510,7 +513,11 @@ class Probe:
         tensors = output if isinstance(output, (tuple, list)) else (output.values() if isinstance(output, dict) else (output,))
         for tensor in tensors:
             if isinstance(tensor, Tensor) and tensor.requires_grad:
+                # A module returning its child's output as is: the child (innermost) names that gradient.
+                if self.last_watched is not None and self.last_watched() is tensor:
+                    break
                 tensor.register_hook(functools.partial(_backward_reached, self, weakref.ref(module)))
+                self.last_watched = weakref.ref(tensor)
                 break  # one output is enough to know where backward is
 
     def _cuda_oom_observer(self, device, alloc, device_allocated, device_free) -> None:
@@ -594,8 +601,10 @@ def _module_path(module) -> str:
         import torch.nn as nn
 
         parent: dict[int, tuple[object, str]] = {}
+        module_type = nn.Module
         for obj in gc.get_objects():
-            if isinstance(obj, nn.Module):
+            # type(), not isinstance: a lazy or deprecated object's __class__ may warn or run code.
+            if issubclass(type(obj), module_type):
                 for name, child in obj._modules.items():
                     if child is not None and id(child) not in parent:
                         parent[id(child)] = (obj, name)
@@ -612,50 +621,8 @@ def _module_path(module) -> str:
 PROBE = Probe()
 
 
-class _TorchImportHook:
-    """A sys.meta_path finder that arms the probe right after `torch` finishes importing."""
-
-    def __init__(self, record_dir: str) -> None:
-        self.record_dir = record_dir
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch":
-            return None
-        others = [f for f in sys.meta_path if f is not self]
-        for finder in others:
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        record_dir = self.record_dir
-
-        class _ArmingLoader:
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                module.__spec__.loader = module.__loader__ = loader  # torch sees its own loader
-                loader.exec_module(module)
-                try:
-                    sys.meta_path.remove(hook)
-                except ValueError:
-                    pass
-                _arm_quietly(record_dir)
-
-            def __getattr__(self, attr):
-                return getattr(loader, attr)
-
-        hook = self
-        spec.loader = _ArmingLoader()
-        return spec
-
-
-def _arm_quietly(record_dir: str, keep_steps: bool = False) -> None:
+def arm_quietly(record_dir: str, keep_steps: bool = False) -> None:
+    """Arm, or say in the record dir why not; never raises (boot/sitecustomize.py calls it as torch finishes importing)."""
     try:
         PROBE.arm(record_dir, keep_steps=keep_steps)
     except Exception as exc:  # noqa: BLE001
@@ -665,12 +632,3 @@ def _arm_quietly(record_dir: str, keep_steps: bool = False) -> None:
                 f.write(json.dumps({"kind": "problem", "pid": os.getpid(), "t": time.time(), "message": f"arming failed: {exc}"}) + "\n")
         except Exception:  # noqa: BLE001
             pass
-
-
-def arm_on_torch_import(record_dir: str) -> None:
-    """Arm now if torch is imported already, else once it is; nothing happens in a process without torch."""
-    if "torch" in sys.modules and hasattr(sys.modules["torch"], "optim"):
-        _arm_quietly(record_dir)
-        return
-    if not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TorchImportHook(record_dir))
