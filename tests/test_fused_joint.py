@@ -41,7 +41,7 @@ def _inputs(B, T, U, V, seed):
 
 
 @pytest.mark.parametrize("layout", ["padded", "packed"])
-@pytest.mark.parametrize("chunk_bytes", [8, 10**9])  # one row per chunk (V >= 2), and one chunk
+@pytest.mark.parametrize("chunk_bytes", [8, 10**9])  # the fewest rows a chunk may hold, and one chunk
 @pytest.mark.parametrize("B,T,U,V,frames,tokens", CASES)
 def test_fused_matches_the_reference_and_the_brute_force(B, T, U, V, frames, tokens, layout, chunk_bytes):
     logits, labels, weights = _inputs(B, T, U, V, seed=B * 1000 + T * 100 + U * 10 + V)

@@ -81,4 +81,4 @@ class RNNTWorkloadConfig:
     # under fp16). See fused.py.
     joint: str = "reference"
     packed_joint: bool = False  # fused only: keep each utterance's valid T x (U+1) cells only (apex pack_output)
-    joint_chunk_mib: float = 64.0  # fused only: the fp32 temporaries' size per chunk of lattice rows
+    joint_chunk_mib: float = 64.0  # fused only: fp32 temporaries per chunk of lattice rows (or a 64th of the lattice, if more)

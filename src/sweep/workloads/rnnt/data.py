@@ -201,7 +201,7 @@ def _gib(n: float) -> str:
 # them (every storage joint_and_loss allocates). Reference: the fp32 log-probs, their gradient and
 # the logits' gradient live together in the backward (10.0 under fp16 autocast, 12.0 in fp32).
 # Fused: the logits alone, at the amp dtype (fp32 without autocast), their gradient written into
-# the same buffer (fused.py): 2.0 and 4.1.
+# the same buffer (fused.py): 2.0-2.1 and 4.1.
 REFERENCE_BYTES_PER_CELL = {"fp32": 12, "half": 10}
 FUSED_BYTES_PER_CELL = {"fp32": 4, "half": 2}
 

@@ -36,6 +36,11 @@ import torch
 from sweep.workloads.rnnt.loss import BLANK, edge_occupancy, lattice_alpha
 
 DEFAULT_CHUNK_BYTES = 64 * 1024**2  # fp32 temporaries per chunk: small beside any joint worth fusing
+# At most this many chunks per lattice, whatever chunk_bytes says: each chunk launches about a dozen
+# kernels, and at caiman-asr's base size a 64 MiB chunk would cut one joint chunk of 16 utterances
+# into 190 pieces (some 2,500 launches, a quarter of a GPU step by our estimate). 64 chunks keep the
+# fp32 temporaries (about 3 chunks at once) under a tenth of the fp16 logits.
+MAX_CHUNKS = 64
 
 
 def valid_cells(frame_lens: torch.Tensor, label_lens: torch.Tensor, T: int, U1: int) -> torch.Tensor:
@@ -46,8 +51,8 @@ def valid_cells(frame_lens: torch.Tensor, label_lens: torch.Tensor, T: int, U1: 
     return valid.flatten().nonzero().squeeze(1)
 
 
-def _chunk_rows(vocab: int, chunk_bytes: int) -> int:
-    return max(1, chunk_bytes // (4 * vocab))
+def _chunk_rows(rows: int, vocab: int, chunk_bytes: int) -> int:
+    return max(1, chunk_bytes // (4 * vocab), -(-rows // MAX_CHUNKS))
 
 
 class _FusedRNNTLoss(torch.autograd.Function):
@@ -64,7 +69,7 @@ class _FusedRNNTLoss(torch.autograd.Function):
         # fp32 at least: half-precision logits are summed in fp32; float64 (the tests) stays float64.
         acc = torch.promote_types(rows.dtype, torch.float32)
         log_norm = torch.empty(n, device=rows.device, dtype=acc)
-        step = _chunk_rows(V, chunk_bytes)
+        step = _chunk_rows(n, V, chunk_bytes)
         with torch.autocast(rows.device.type, enabled=False):
             for s in range(0, n, step):
                 log_norm[s : s + step] = torch.logsumexp(rows[s : s + step].to(acc), dim=1)
@@ -93,7 +98,7 @@ class _FusedRNNTLoss(torch.autograd.Function):
         occ_emit = torch.cat([occ_emit, occ_emit.new_zeros(B, T, 1)], dim=2).reshape(-1)[cells] * weight
         occ_node = occ_blank + occ_emit
         rows = logits.detach().view(-1, V)  # the buffer the gradient is written into
-        step = _chunk_rows(V, ctx.chunk_bytes)
+        step = _chunk_rows(rows.shape[0], V, ctx.chunk_bytes)
         for s in range(0, rows.shape[0], step):
             e = min(s + step, rows.shape[0])
             grad = torch.exp(rows[s:e].to(log_norm.dtype) - log_norm[s:e, None]).mul_(occ_node[s:e, None])
