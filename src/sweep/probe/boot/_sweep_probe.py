@@ -40,6 +40,7 @@ import time
 import weakref
 
 RECORD_DIR_ENV = "SWEEP_PROBE_DIR"
+WATCH_DEPTH = 3  # backward is followed into modules this deep in the running stack (_watch_backward)
 # Substrings of allocators' out-of-memory messages (kept in step with sweep.workloads.rnnt.memory).
 OOM_MESSAGES = (
     "CUDA out of memory",
@@ -88,19 +89,6 @@ def _one_line(exc: BaseException) -> str:
     return first.split(". Error code")[0][:300]
 
 
-def _proc_status() -> dict[str, int]:
-    """Bytes of /proc/self/status's Vm* lines (resident and address-space, current and peak)."""
-    out = {}
-    with open("/proc/self/status", "rb") as f:
-        for line in f:
-            if line.startswith(b"Vm"):
-                name, _, rest = line.partition(b":")
-                parts = rest.split()
-                if parts:
-                    out[name.decode()] = int(parts[0]) * 1024
-    return out
-
-
 class _Writer:
     """This process's record file; opened on first use, again after a fork (the child's own file)."""
 
@@ -142,13 +130,15 @@ class Probe:
         self.writer: _Writer | None = None
         self.file_rank = 0
         self.hooks_installed = False
+        self.status_fd = self.clear_refs_fd = None  # /proc/self/status and clear_refs, kept open
+        self.fd_pid = -1
         self.fork_hook_registered = False
         self.keep_steps = False
         self.steps: list[dict] = []  # this arming's step records, when keep_steps (in-process callers)
         self.ooms: list[dict] = []  # this arming's oom records
         self._disabled: set[str] = set()  # hooks that failed once: off for the rest of the run
         self.names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> path, from name_modules
-        self.backward_hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> its tensor hook
+        self.backward_hooks: dict[int, tuple] = {}  # id(module) -> (weakref to it, its tensor hook)
         self._reset_steps()
 
     # ---------------------------------------------------------------- arming
@@ -181,7 +171,7 @@ class Probe:
                 return int(dist.get_rank())
         except Exception:  # noqa: BLE001
             pass
-        return _env_int(_RANK_VARIABLES, 0)
+        return self.file_rank
 
     def world_size(self) -> int:
         dist = sys.modules.get("torch.distributed")
@@ -459,19 +449,34 @@ class Probe:
         if self.expected is not None and self.expected <= set(self.group):
             self._close_step()
 
+    def _proc_status(self) -> dict[str, int]:
+        """Bytes of /proc/self/status's Vm* lines (resident and address-space, current and peak): one
+        pread on a descriptor kept open (a fork's child opens its own)."""
+        if self.status_fd is None or self.fd_pid != os.getpid():
+            self.status_fd, self.clear_refs_fd, self.fd_pid = os.open("/proc/self/status", os.O_RDONLY), None, os.getpid()
+        text = os.pread(self.status_fd, 8192, 0)
+        out = {}
+        for name in (b"VmPeak", b"VmSize", b"VmHWM", b"VmRSS"):
+            at = text.find(name + b":")
+            if at >= 0:
+                at += len(name) + 1
+                out[name.decode()] = int(text[at : text.find(b"kB", at)]) * 1024  # "VmRSS:	  123 kB"
+        return out
+
     def _sample_memory(self) -> None:
         """Fold the peaks since the last sample into the open step's, then reset them."""
         memory = self.memory
         try:
-            status = _proc_status()
+            status = self._proc_status()
             memory["resident_peak"] = max(memory.get("resident_peak", 0), status.get("VmHWM", 0))
             memory["resident"] = status.get("VmRSS", 0)
             memory["address_peak"] = max(memory.get("address_peak", 0), status.get("VmPeak", 0))
             memory["address"] = status.get("VmSize", 0)
             if "clear_refs" not in self._disabled:
                 try:
-                    with open("/proc/self/clear_refs", "w") as f:
-                        f.write("5")  # VmHWM back to the current resident size (Linux >= 4.0)
+                    if self.clear_refs_fd is None or self.fd_pid != os.getpid():
+                        self.clear_refs_fd = os.open("/proc/self/clear_refs", os.O_WRONLY)
+                    os.write(self.clear_refs_fd, b"5")  # VmHWM back to the current resident size (Linux >= 4.0)
                 except OSError as exc:
                     self.problem("clear_refs", exc)
         except Exception as exc:  # noqa: BLE001
@@ -559,20 +564,28 @@ class Probe:
         return None
 
     def _watch_backward(self, module, output) -> None:
-        """Hook this module's output tensors: their gradient means backward has reached the module."""
-        Tensor = self.torch.Tensor
-        tensors = output if isinstance(output, (tuple, list)) else (output.values() if isinstance(output, dict) else (output,))
-        for tensor in tensors:
-            if isinstance(tensor, Tensor) and tensor.requires_grad:
-                # A module returning its child's output as is: the child (innermost) names that gradient.
-                if self.last_watched is not None and self.last_watched() is tensor:
-                    break
-                hook = self.backward_hooks.get(module)
-                if hook is None:  # one per module, made once: a step allocates as little as it can
-                    hook = self.backward_hooks[module] = functools.partial(_backward_reached, self, weakref.ref(module))
-                tensor.register_hook(hook)
-                self.last_watched = weakref.ref(tensor)
-                break  # one output is enough to know where backward is
+        """Hook one output tensor: its gradient means backward has reached the module.
+
+        Only for modules at most WATCH_DEPTH deep in the running stack (`module.encoder.layers`: a
+        phase is named near the top), so a model of thousands of layers pays for a handful per step."""
+        if len(self.module_stack) > WATCH_DEPTH:
+            return
+        tensor = output
+        if type(output) in (tuple, list):
+            tensor = output[0] if output else None
+        elif isinstance(output, dict):
+            tensor = next(iter(output.values()), None)
+        if not isinstance(tensor, self.torch.Tensor) or not tensor.requires_grad:
+            return
+        # A module returning its child's output as is: the child (innermost) names that gradient.
+        if self.last_watched is not None and self.last_watched() is tensor:
+            return
+        key = id(module)
+        entry = self.backward_hooks.get(key)
+        if entry is None or entry[0]() is not module:  # one hook per module, made once
+            entry = self.backward_hooks[key] = (weakref.ref(module), functools.partial(_backward_reached, self, weakref.ref(module)))
+        tensor.register_hook(entry[1])
+        self.last_watched = weakref.ref(tensor)
 
     def _cuda_oom_observer(self, device, alloc, device_allocated, device_free) -> None:
         try:
