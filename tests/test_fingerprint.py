@@ -319,9 +319,17 @@ def test_every_field_of_a_record_has_its_type_checked():
 
     from sweep.core.schema import _FIELD_KINDS
 
-    assert set(_FIELD_KINDS) == {f.name for f in dataclasses.fields(TrialResult)} - {"step_times_s"}
+    # The lists are checked on their own (test_a_list_field_of_the_wrong_type_is_a_result_error).
+    assert set(_FIELD_KINDS) == {f.name for f in dataclasses.fields(TrialResult)} - {"step_times_s", "step_peak_reserved_gib"}
     assert _FIELD_KINDS["throughput"] == ("a number", True) and _FIELD_KINDS["status"] == ("a string", False)
     assert _FIELD_KINDS["tight"] == ("true or false", False) and _FIELD_KINDS["steps_measured"] == ("an integer", True)
+
+
+@pytest.mark.parametrize("name", ["step_times_s", "step_peak_reserved_gib"])
+def test_a_list_field_of_the_wrong_type_is_a_result_error(tmp_path, name):
+    path = _place(tmp_path, "accum1_split1", _result(1), **{name: [1.0, "x"]})
+    with pytest.raises(ResultError, match=rf"result\.json: {name}=\[1\.0, 'x'\] is not a list of numbers"):
+        read_result(path)
 
 
 def test_a_wrong_typed_field_is_a_result_error_naming_the_file(tmp_path):

@@ -111,7 +111,8 @@ def test_extrapolation_is_less_certain_than_interpolation():
               for o in obs(STAIRS, truth(10, 0.4, 3, 3))]  # 1 GiB of additive noise, above the relative floor
     fit = fit_memory(points)
     near, far = predict_peak(fit, cand(8, 2)), predict_peak(fit, cand(1, 1))
-    assert near.se_gib < 1.5 * fit.residual_se_gib < far.se_gib
+    # Near the data the error is the fit's own (at least its leave-one-out error); far from it, more.
+    assert near.se_gib <= max(1.5 * fit.residual_se_gib, fit.loo_rmse_gib) < far.se_gib
 
 
 def test_ooms_raise_a_fit_that_predicts_they_fit():
@@ -169,7 +170,7 @@ def test_fit_from_results_end_to_end():
     assert predict_peak(fit, cand(2, 8)).peak_gib == pytest.approx(peak(cand(2, 8)), rel=0.02)
 
 
-@pytest.mark.parametrize("dof, q", [(1, 12.706), (2, 4.303), (5, 2.571), (10, 2.228), (30, 2.042), (1000, 1.960)])
+@pytest.mark.parametrize("dof, q", [(1, 12.706), (2, 4.303), (5, 2.571), (10, 2.228), (30, 2.042), (1000, 1.962)])
 def test_student_t_matches_tables(dof, q):
     assert student_t_quantile(0.975, dof) == pytest.approx(q, abs=2e-3)
     assert student_t_cdf(q, dof) == pytest.approx(0.975, abs=2e-4)

@@ -21,7 +21,17 @@ from sweep.errors import SweepError
 from sweep.workloads.base import CheckContext
 from sweep.workloads.rnnt import model as rnnt_model
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
-from sweep.workloads.rnnt.data import encoder_frames, length_spec, parameter_count, size_summary, step_lengths
+from sweep.workloads.rnnt.data import (
+    buckets,
+    corpus,
+    encoder_frames,
+    joint_bytes_per_cell,
+    length_spec,
+    parameter_count,
+    size_summary,
+    step_lengths,
+    worst_batch_cells,
+)
 from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator
 from sweep.workloads.rnnt.model import (
     RNNT,
@@ -301,11 +311,12 @@ def test_lengths_are_the_same_utterances_in_the_same_order_for_every_cut():
         for count in (1, 2, 4, 8):
             parts = [data.lengths(step, first, count, 16) for first in range(0, 16, count)]
             assert [f for p in parts for f in p[0]] == whole[0] and [u for p in parts for u in p[1]] == whole[1]
-    # Step 0 is the long tail on purpose: every utterance at the maximum length, so every
-    # rank, micro-batch and joint chunk of the first step is padded to it.
-    assert data.lengths(0, 0, 16, 16) == ([spec.max_frames] * 16, [spec.max_tokens] * 16)
+    # Step 0 is the long tail on purpose: the longest bucket's longest utterances, longest first,
+    # so the first rank, micro-batch and joint chunk of the first step is padded to the maximum.
+    worst = data.lengths(0, 0, 16, 16)
+    assert worst[0][0] == spec.max_frames and worst[0] == sorted(worst[0], reverse=True)
     frames, tokens = data.lengths(1, 0, 16, 16)
-    assert len(set(frames)) > 4 and max(frames) < spec.max_frames and min(frames) >= spec.min_frames
+    assert len(set(frames)) > 1 and max(frames) <= min(worst[0]) and min(frames) >= spec.min_frames
     assert frames != data.lengths(2, 0, 16, 16)[0]  # the next step sees other lengths
     assert SyntheticData(VARIED, seed=3, device=CPU).lengths(1, 0, 16, 16) == (frames, tokens)  # fixed by the seed
     feats, labels, frame_lens, label_lens = data.padded_batch(1, 4, 4, 16)
@@ -314,13 +325,36 @@ def test_lengths_are_the_same_utterances_in_the_same_order_for_every_cut():
 
 
 def test_default_duration_distribution_is_librispeech_shaped():
+    # The corpus the buckets are cut from (each step draws from one bucket, so a few steps' mean is not the corpus's).
     spec = length_spec(replace(RNNTWorkloadConfig(), lengths="lognormal"))
-    draws = [f for step in range(1, 41) for f, _ in step_lengths(spec, 0, step, 500)]
-    seconds = [f * spec.frame_shift_ms / 1000 for f in draws]
+    seconds = [f * spec.frame_shift_ms / 1000 for f, _ in corpus(spec, 0)]
     mean = sum(seconds) / len(seconds)
-    assert 12.0 < mean < 12.6, mean  # LibriSpeech train-960: 960.9 h / 281,241 utterances = 12.3 s
+    assert len(seconds) == 281241  # LibriSpeech train-960's utterances
+    assert 12.2 < mean < 12.4, mean  # LibriSpeech train-960: 960.9 h / 281,241 utterances = 12.3 s
     assert max(seconds) <= 35.0 and min(seconds) >= 0.5
     assert 0.05 < sum(s > 17 for s in seconds) / len(seconds) < 0.2  # a real tail above the mean
+
+
+@pytest.mark.parametrize("num_buckets", [1, 2, 6])
+def test_each_step_draws_from_one_duration_bucket_and_the_worst_batch_comes_twice(num_buckets):
+    spec = length_spec(replace(VARIED, corpus_utterances=3000, num_buckets=num_buckets, stress_step=9))
+    cut = buckets(spec, 3)
+    assert len(cut) == num_buckets and sum(map(len, cut)) == 3000
+    assert all(max(a) <= min(b) for a, b in zip(cut, cut[1:]))  # sorted by duration, bucket after bucket
+    seen = set()
+    for step in range(1, 30):
+        if step == 9:
+            continue
+        batch = step_lengths(spec, 3, step, 64)
+        homes = [i for i, bucket in enumerate(cut) if set(batch) <= set(bucket)]
+        assert homes, f"step {step} mixes buckets"
+        seen.add(homes[0])
+    assert seen == set(range(num_buckets))  # every bucket comes up
+    worst = step_lengths(spec, 3, 0, 64)
+    assert worst == step_lengths(spec, 3, 9, 64) == tuple(sorted(corpus(spec, 3), reverse=True)[:64])
+    others = [step_lengths(spec, 3, s, 64) for s in range(1, 9)]
+    assert all(sum(f * u for f, u in worst) >= sum(f * u for f, u in batch) for batch in others)  # the most lattice
+    assert step_lengths(replace(spec, stress_step=0), 3, 9, 64) != worst  # stress_step=0: step 0 only
 
 
 @pytest.fixture(scope="module")
@@ -382,3 +416,15 @@ def test_bf16_autocast_step_on_cpu_when_asked():
     assert w.amp_dtype is torch.bfloat16 and w.scaler is None
     loss = w.micro_batch(per_device_batch=4, accum=1, split=2, step_index=1, micro_index=0)
     assert torch.isfinite(loss) and all(p.grad is None or torch.isfinite(p.grad).all() for p in w.model.parameters())
+
+
+def test_dry_run_names_the_worst_batch_joint_padded_and_packed():
+    base = preset("rnnt_base")
+    text = size_summary(base)
+    padded, packed = worst_batch_cells(base, 16)
+    assert packed <= padded == 16 * 327 * 70 * 8704  # the corpus's longest utterances: 19.65 s, 68-69 tokens
+    assert "joint=fused packed on CUDA" in text and "the worst batch at step 0 and step 9" in text
+    # fp16 logits alone (2 bytes a cell) against the reference's fp32 log-probs and gradients (10).
+    assert joint_bytes_per_cell("fused", "auto", on_cuda=True) == 2 and joint_bytes_per_cell("reference", "auto", on_cuda=True) == 10
+    assert joint_bytes_per_cell("fused", "auto", on_cuda=False) == 4 and joint_bytes_per_cell("reference", "fp32", on_cuda=True) == 12
+    assert f"reference padded {padded * 10 / 1024**3:.2f} GiB, fused padded {padded * 2 / 1024**3:.2f} GiB" in text

@@ -18,27 +18,41 @@ standard error, widened by the point's leverage), so extrapolating far beyond
 the measured pairs is uncertain and does not skip anything. A pair the measured
 data cannot pin down (e.g. split > 1 before any split > 1 trial) has no
 prediction. `p_exceeds` >= OOM_PROBABILITY counts as "predicted OOM".
+
+No confident wrong predictions (issue 31): a fit predicts anything only when it has
+more ok peaks than parameters it estimates, and when its own error, checked on the
+pairs already run, allows it: each ok peak is predicted by the fit without it
+(leave-one-out); if any cannot be, nothing is predicted, and a prediction's standard
+error is at least the root-mean-square of those errors. On an H100 at 24 GiB, four ok
+peaks fitted four parameters exactly (the OOMs adding the degrees of freedom), and the
+model put accum=1 split=64 at 31.5 GiB with P(OOM) 1.00; it ran at 13.7 GiB.
+tests/test_memory_model_h100.py replays those sweeps.
+
+The numerics are numpy's (SVD least squares) and scipy's (Student t, normal).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Protocol
+
+import numpy as np
+from scipy import stats
 
 from sweep.core.schema import OK, OOM, TrialResult
 
 OOM_PROBABILITY = 0.95  # p_exceeds at or above this: the pair is not launched
-MIN_OK_POINTS = 3  # fewer ok peaks than this: no predictions at all
+MIN_OK_POINTS = 3  # fewer ok peaks than this: no predictions at all (and more than the fit's rank)
 MIN_DOF = 2  # residual degrees of freedom needed for an error estimate
 # A fit through near-exact points would claim near-certainty: peaks drift by the allocator's
 # rounding and fragmentation, so every prediction keeps at least this relative error.
 RELATIVE_SE_FLOOR = 0.02
 EM_ROUNDS = 20
 FEATURES = ("base", "per_device_batch", "joint_batch", "split_overhead")
-_STD = NormalDist()
+# Singular values below this share of the largest (column-scaled design) are directions the data
+# do not determine: left out, as a pseudo-inverse does.
+RANK_TOLERANCE = 3e-5
 
 
 class Pair(Protocol):
@@ -68,6 +82,9 @@ class MemoryFit:
     dof: int  # residual degrees of freedom
     n_ok: int
     n_oom: int
+    # Root-mean-square error of predicting each ok peak from the fit without it (GiB); None: not
+    # checked (the fit was itself one of those leave-one-out fits).
+    loo_rmse_gib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -111,43 +128,57 @@ def observations(results: Iterable[TrialResult], capacity_gib: float) -> list[Me
     return out
 
 
-def fit_memory(obs: Sequence[MemoryObservation]) -> MemoryFit | None:
-    """The least-squares fit with censored OOMs, or None when there are too few ok peaks."""
+def fit_memory(obs: Sequence[MemoryObservation], check: bool = True) -> MemoryFit | None:
+    """The least-squares fit with censored OOMs, or None when the data cannot vouch for one: too few
+    ok peaks, no more ok peaks than the ok design's rank, fewer than MIN_DOF residual degrees of
+    freedom, or an ok peak that the fit without it cannot predict. check=False: the leave-one-out
+    fits, of which only the coefficients are used (no gates but MIN_OK_POINTS, no error check)."""
     ok = [o for o in obs if not o.censored]
     cens = [o for o in obs if o.censored]
     if len(ok) < MIN_OK_POINTS:
         return None
-    xs = [features(o) for o in ok] + [features(o) for o in cens]
-    ys = [o.peak_gib for o in ok] + [o.peak_gib for o in cens]
+    x_ok = np.array([features(o) for o in ok])
+    y_ok = np.array([o.peak_gib for o in ok])
     # Start from the ok points alone, then impute each censored point given the fit.
-    fitted = _least_squares([features(o) for o in ok], [o.peak_gib for o in ok])
-    if fitted is None:
+    fitted = _least_squares(x_ok, y_ok)
+    if fitted is None or (check and fitted[2] >= len(ok)):  # as many parameters as ok peaks: an exact fit
         return None
     beta, pinv, rank, basis, scale = fitted
-    sigma = _residual_se([features(o) for o in ok], [o.peak_gib for o in ok], beta, len(ok) - rank)
+    sigma = _residual_se(x_ok, y_ok, beta, len(ok) - rank)
+    rows, ys = x_ok, y_ok
     if cens:
+        rows = np.vstack([x_ok, [features(o) for o in cens]])
+        bounds = np.array([o.peak_gib for o in cens])
         for _ in range(EM_ROUNDS):
-            imputed = ys[: len(ok)] + [_censored_mean(_dot(beta, features(o)), sigma, o.peak_gib) for o in cens]
-            refit = _least_squares(xs, imputed)
+            ys = np.concatenate([y_ok, _censored_mean(rows[len(ok):] @ beta, sigma, bounds)])
+            refit = _least_squares(rows, ys)
             if refit is None:
                 break
             new_beta, pinv, rank, basis, scale = refit
-            sigma = max(_residual_se(xs, imputed, new_beta, len(xs) - rank), 1e-9)
-            moved = max(abs(a - b) for a, b in zip(new_beta, beta))
+            sigma = max(_residual_se(rows, ys, new_beta, len(rows) - rank), 1e-9)
+            moved = float(np.max(np.abs(new_beta - beta)))
             beta = new_beta
             if moved < 1e-9:
                 break
-    n = len(xs) if cens else len(ok)
-    dof = n - rank
-    if dof < MIN_DOF:
+        ys = np.concatenate([y_ok, _censored_mean(rows[len(ok):] @ beta, sigma, bounds)])
+    dof = len(rows) - rank
+    if check and dof < MIN_DOF:
         return None
-    rows = xs if cens else [features(o) for o in ok]
-    ys_fit = ([*ys[: len(ok)], *(_censored_mean(_dot(beta, features(o)), sigma, o.peak_gib) for o in cens)]
-              if cens else ys[: len(ok)])
-    se = _residual_se(rows, ys_fit, beta, dof)
-    return MemoryFit(
-        tuple(beta), tuple(tuple(r) for r in pinv), tuple(basis), tuple(scale), se, dof, len(ok), len(cens)
+    fit = MemoryFit(
+        tuple(float(b) for b in beta), tuple(tuple(float(v) for v in r) for r in pinv), tuple(tuple(float(v) for v in u) for u in basis),
+        tuple(float(c) for c in scale), _residual_se(rows, ys, beta, dof), int(dof), len(ok), len(cens),
     )
+    if not check:
+        return fit
+    errors = []
+    for i, o in enumerate(ok):
+        # Only the point estimate of the fit without this peak is needed: it may have no error of its own.
+        without = fit_memory([p for j, p in enumerate(ok) if j != i] + cens, check=False)
+        x = np.array(features(o))
+        if without is None or not _estimable(without, x):  # the others cannot pin this pair down
+            return None
+        errors.append(o.peak_gib - float(np.dot(without.coefficients, x)))
+    return MemoryFit(**{**fit.__dict__, "loo_rmse_gib": float(np.sqrt(np.mean(np.square(errors))))})
 
 
 def fit_from_results(results: Iterable[TrialResult], capacity_gib: float) -> MemoryFit | None:
@@ -155,15 +186,17 @@ def fit_from_results(results: Iterable[TrialResult], capacity_gib: float) -> Mem
 
 
 def predict_peak(fit: MemoryFit | None, pair: Pair) -> PeakPrediction | None:
-    """Predicted peak with its uncertainty; None when the data cannot pin this pair down."""
+    """Predicted peak with its uncertainty (its standard error at least the fit's leave-one-out error);
+    None when the data cannot pin this pair down."""
     if fit is None:
         return None
-    x = features(pair)
+    x = np.array(features(pair))
     if not _estimable(fit, x):
         return None
-    peak = _dot(fit.coefficients, x)
-    leverage = max(0.0, _dot(x, _matvec(fit.covariance_unscaled, x)))
-    se = max(fit.residual_se_gib * math.sqrt(1.0 + leverage), RELATIVE_SE_FLOOR * abs(peak), 1e-12)
+    peak = float(np.dot(fit.coefficients, x))
+    leverage = max(0.0, float(x @ np.array(fit.covariance_unscaled) @ x))
+    se = max(fit.residual_se_gib * np.sqrt(1.0 + leverage), RELATIVE_SE_FLOOR * abs(peak), fit.loo_rmse_gib or 0.0, 1e-12)
+    se = float(se)
     t = student_t_quantile(0.975, fit.dof)
     return PeakPrediction(peak, se, fit.dof, peak - t * se, peak + t * se)
 
@@ -190,130 +223,60 @@ def predicted_oom_reason(pred: PeakPrediction, capacity_gib: float) -> str:
     )
 
 
-# --- Student t (exact for integer degrees of freedom; Abramowitz & Stegun 26.7.3-4) ---------
+# --- numerics: scipy's Student t, numpy's SVD ---------------------------------------------------
 
 
 def student_t_cdf(t: float, dof: int) -> float:
-    if dof > 200:
-        return _STD.cdf(t)
-    theta = math.atan(t / math.sqrt(dof))
-    c2 = math.cos(theta) ** 2
-    s = math.sin(theta)
-    if dof % 2:
-        term, total = 1.0, 1.0 if dof > 1 else 0.0
-        for k in range(1, (dof - 1) // 2):  # 1 + 2/3 c2 + 2*4/(3*5) c2^2 + ...
-            term *= c2 * (2 * k) / (2 * k + 1)
-            total += term
-        a = (2 / math.pi) * (theta + (s * math.cos(theta) * total if dof > 1 else 0.0))
-    else:
-        term, total = 1.0, 1.0
-        for k in range(1, dof // 2):  # 1 + 1/2 c2 + 1*3/(2*4) c2^2 + ...
-            term *= c2 * (2 * k - 1) / (2 * k)
-            total += term
-        a = s * total
-    return 0.5 + 0.5 * a  # a = P(|T| < |t|) * sign(t)
+    return float(stats.t.cdf(t, dof))
 
 
 def student_t_quantile(p: float, dof: int) -> float:
-    if dof > 200:  # where student_t_cdf is the normal's
-        return _STD.inv_cdf(p)
-    lo, hi = -1e3, 1e3
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if student_t_cdf(mid, dof) < p:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return float(stats.t.ppf(p, dof))
 
 
-# --- small dense linear algebra (4 unknowns; no numpy in the pure core) -------------------------
-
-
-def _dot(a: Sequence[float], b: Sequence[float]) -> float:
-    return sum(x * y for x, y in zip(a, b))
-
-
-def _matvec(m: Sequence[Sequence[float]], v: Sequence[float]) -> list[float]:
-    return [_dot(row, v) for row in m]
-
-
-def _jacobi_eigen(a: list[list[float]]) -> tuple[list[float], list[list[float]]]:
-    """Eigenvalues and eigenvectors (columns) of a small symmetric matrix."""
-    n = len(a)
-    a = [row[:] for row in a]
-    v = [[float(i == j) for j in range(n)] for i in range(n)]
-    for _ in range(100):
-        off = sum(a[i][j] ** 2 for i in range(n) for j in range(n) if i != j)
-        if off < 1e-30 * max(1e-300, sum(a[i][i] ** 2 for i in range(n))):
-            break
-        for p in range(n):
-            for q in range(p + 1, n):
-                if abs(a[p][q]) < 1e-300:
-                    continue
-                theta = (a[q][q] - a[p][p]) / (2 * a[p][q])
-                t = math.copysign(1.0, theta) / (abs(theta) + math.sqrt(theta * theta + 1))
-                c = 1 / math.sqrt(t * t + 1)
-                s = t * c
-                for k in range(n):
-                    akp, akq = a[k][p], a[k][q]
-                    a[k][p], a[k][q] = c * akp - s * akq, s * akp + c * akq
-                for k in range(n):
-                    apk, aqk = a[p][k], a[q][k]
-                    a[p][k], a[q][k] = c * apk - s * aqk, s * apk + c * aqk
-                for k in range(n):
-                    vkp, vkq = v[k][p], v[k][q]
-                    v[k][p], v[k][q] = c * vkp - s * vkq, s * vkp + c * vkq
-    return [a[i][i] for i in range(n)], v
-
-
-def _least_squares(xs: list[tuple[float, ...]], ys: list[float]):
+def _least_squares(xs: np.ndarray, ys: np.ndarray):
     """(coefficients, generalised inverse of X'X, rank, row-space basis, column scale), or None.
 
-    Columns are scaled to unit maximum for conditioning; directions the data do not
-    determine (eigenvalues of the scaled X'X near 0) are left out, as a pseudo-inverse does.
+    Columns are scaled to unit maximum for conditioning; directions the data do not determine
+    (singular values of the scaled design near 0) are left out, as a pseudo-inverse does.
     """
-    n = len(xs[0])
-    scale = [max(1e-12, max(abs(x[j]) for x in xs)) for j in range(n)]
-    zs = [[x[j] / scale[j] for j in range(n)] for x in xs]
-    xtx = [[sum(z[i] * z[j] for z in zs) for j in range(n)] for i in range(n)]
-    xty = [sum(z[i] * y for z, y in zip(zs, ys)) for i in range(n)]
-    vals, vecs = _jacobi_eigen(xtx)
-    top = max(vals)
-    if top <= 0:
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    scale = np.maximum(np.abs(xs).max(axis=0), 1e-12)
+    z = xs / scale
+    _, sv, vt = np.linalg.svd(z, full_matrices=False)
+    if sv.size == 0 or sv[0] <= 0:
         return None
-    keep = [k for k in range(n) if vals[k] > 1e-9 * top]
-    pinv_z = [[sum(vecs[i][k] * vecs[j][k] / vals[k] for k in keep) for j in range(n)] for i in range(n)]
-    beta_z = _matvec(pinv_z, xty)
-    beta = [beta_z[j] / scale[j] for j in range(n)]
-    pinv = [[pinv_z[i][j] / (scale[i] * scale[j]) for j in range(n)] for i in range(n)]
-    basis = [tuple(vecs[i][k] for i in range(n)) for k in keep]
-    return beta, pinv, len(keep), basis, scale
+    keep = sv > RANK_TOLERANCE * sv[0]
+    basis, kept = vt[keep], sv[keep]
+    pinv_z = basis.T @ np.diag(1.0 / kept**2) @ basis  # generalised inverse of Z'Z
+    beta = (pinv_z @ z.T @ ys) / scale
+    pinv = pinv_z / np.outer(scale, scale)
+    return beta, pinv, int(keep.sum()), basis, scale
 
 
-def _estimable(fit: MemoryFit, x: Sequence[float]) -> bool:
+def _estimable(fit: MemoryFit, x: np.ndarray) -> bool:
     """Is x in the row space of the fitted design? Only then is x'beta determined by the data."""
-    z = [a / b for a, b in zip(x, fit.column_scale)]
-    proj = [0.0] * len(z)
-    for u in fit.row_space:
-        w = _dot(u, z)
-        proj = [p + w * ui for p, ui in zip(proj, u)]
-    norm = math.sqrt(_dot(z, z)) or 1.0
-    return math.sqrt(sum((a - b) ** 2 for a, b in zip(proj, z))) <= 1e-6 * norm
+    z = np.asarray(x, dtype=float) / np.array(fit.column_scale)
+    basis = np.array(fit.row_space).reshape(-1, z.size)
+    residual = z - basis.T @ (basis @ z)
+    return float(np.linalg.norm(residual)) <= 1e-6 * (float(np.linalg.norm(z)) or 1.0)
 
 
-def _residual_se(xs: Sequence[Sequence[float]], ys: Sequence[float], beta: Sequence[float], dof: int) -> float:
+def _residual_se(xs: np.ndarray, ys: np.ndarray, beta: np.ndarray, dof: int) -> float:
     if dof <= 0:
         return 0.0
-    return math.sqrt(sum((y - _dot(beta, x)) ** 2 for x, y in zip(xs, ys)) / dof)
+    return float(np.sqrt(np.sum((np.asarray(ys) - np.asarray(xs) @ np.asarray(beta)) ** 2) / dof))
 
 
-def _censored_mean(mean: float, sigma: float, bound: float) -> float:
+def _censored_mean(mean: np.ndarray, sigma: float, bound: np.ndarray) -> np.ndarray:
     """E[peak | peak > bound] for peak ~ Normal(mean, sigma): an OOM's expected true peak."""
+    mean, bound = np.asarray(mean, dtype=float), np.asarray(bound, dtype=float)
     if sigma <= 0:
-        return max(mean, bound)
+        return np.maximum(mean, bound)
     alpha = (bound - mean) / sigma
-    tail = 1.0 - _STD.cdf(alpha)
-    if tail < 1e-12:
-        return bound + sigma / max(alpha, 1e-6)  # Mills ratio asymptote
-    return mean + sigma * _STD.pdf(alpha) / tail
+    # The inverse Mills ratio pdf/sf; in the far tail, its asymptote alpha + 1/alpha (so the
+    # expectation is bound + sigma/alpha), where pdf and sf both underflow.
+    far = alpha > 30.0
+    safe = np.where(far, 0.0, alpha)
+    mills = np.where(far, alpha + 1.0 / np.where(far, alpha, 1.0), stats.norm.pdf(safe) / stats.norm.sf(safe))
+    return mean + sigma * mills

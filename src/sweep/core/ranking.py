@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sweep.core.growth import at_risk, growth_note, late_oom_note
 from sweep.core.schema import (
     CANCELLED,
     FAILED,
@@ -85,10 +86,10 @@ class SweepMeta:
 
 def baseline_key(results: Mapping[str, TrialResult]) -> str | None:
     """The seed's step-2 answer, the 1.00x reference: the split=1 ok pair with the smallest accum that is not
-    tight (a tight pair is one the recommendation itself passes over as not fitting); when every split=1 ok
+    tight or growing (core/growth.py: a pair the recommendation itself passes over as not fitting); when every split=1 ok
     pair is tight, the smallest accum among them, as the recommendation then takes a tight pair too."""
     base = [r for r in results.values() if r.status == OK and r.split == 1 and r.throughput]
-    base = [r for r in base if not r.tight] or base
+    base = [r for r in base if not at_risk(r)] or base
     return min(base, key=lambda r: r.accum).key if base else None
 
 
@@ -101,11 +102,12 @@ def ranked_ok(results: Mapping[str, TrialResult]) -> list[TrialResult]:
 def confidence_view(results: Mapping[str, TrialResult]) -> Mapping[str, TrialResult]:
     """The results to score the recommendation on: when it skips a faster tight pair, a tight pair
     counts as not fitting (as an OOM without a phase: a bigger joint batch would be tighter still),
-    so the confidence is about the pair recommended, not about the tight leader it passed over."""
+    so the confidence is about the pair recommended, not about the tight leader it passed over.
+    A pair whose reserved peak was still growing (core/growth.py) counts as tight throughout."""
     ranked = ranked_ok(results)
-    if not ranked or not ranked[0].tight or all(r.tight for r in ranked):
+    if not ranked or not at_risk(ranked[0]) or all(at_risk(r) for r in ranked):
         return results
-    return {k: (replace(r, status=OOM, oom_phase=None) if r.status == OK and r.tight else r) for k, r in results.items()}
+    return {k: (replace(r, status=OOM, oom_phase=None) if r.status == OK and at_risk(r) else r) for k, r in results.items()}
 
 
 def build_table(
@@ -162,12 +164,14 @@ def build_table(
                 peak_mem_gib=res.peak_mem_gib,
                 wall_s=res.wall_s,
                 steps_measured=_steps_measured(res),
-                reason=res.error or (f"stopped early: {res.stopped_early}" if res.stopped_early else ""),
+                reason="; ".join(filter(None, (res.error, late_oom_note(res))))
+                or growth_note(res)
+                or (f"stopped early: {res.stopped_early}" if res.stopped_early else ""),
                 log=res.log,
                 job_id=res.job_id,
                 rank=ranks.get(cand.key),
                 throughput_unit=res.throughput_unit,
-                tight=bool(res.tight),
+                tight=at_risk(res),
                 stopped_early=res.stopped_early,
                 headroom=res.headroom,
                 peak_reserved_gib=res.peak_reserved_gib,
@@ -224,12 +228,13 @@ def recommendation(
 
     A tight pair (ok, but its peak leaves less than trial.memory_margin of the device) may OOM in
     real training, so it is recommended only when every ok pair is tight; a faster tight pair is
-    named in `memory_note` with both figures.
+    named in `memory_note` with both figures. A pair whose reserved peak was still growing at its
+    end (core/growth.py) is treated as tight, and the note gives the growth figure instead.
     """
     ranked = ranked_ok(results)
     if not ranked:
         return None
-    roomy = [r for r in ranked if not r.tight]
+    roomy = [r for r in ranked if not at_risk(r)]
     best = roomy[0] if roomy else ranked[0]
     note = _memory_note(best, ranked[0], not roomy, _margin_text(memory_margin), meta.throughput_unit or "samples/s", meta.splits_apply)
     base = baseline_key(results)
@@ -251,7 +256,7 @@ def recommendation(
         "flags": recommended_flags(meta, best),
         "throughput_unit": meta.throughput_unit,
         "splits_apply": meta.splits_apply,
-        "tight": bool(best.tight),
+        "tight": at_risk(best),
         "headroom": best.headroom,
         "memory_note": note,
     }
@@ -278,15 +283,15 @@ def _memory_note(best: TrialResult, fastest: TrialResult, all_tight: bool, margi
         return f"accum={r.accum} split={r.split}" if splits_apply is not False else f"accum={r.accum}"
 
     if all_tight:
+        if growth_note(best):
+            return f"{pair(best)} is tight: {growth_note(best)}; every ok pair is tight or growing"
         return f"{pair(best)} is tight: it leaves {_pct(best.headroom)} headroom, below {margin}; every ok pair does"
     if fastest is best:
         return None
     faster = (fastest.throughput or 0.0) / (best.throughput or 1.0) - 1.0
     shown = f"{faster:.0%}" if faster >= 0.01 else f"{faster:.1%}"  # never "0% faster"
-    return (
-        f"{pair(fastest)} is {shown} faster ({fastest.throughput:.1f} vs {best.throughput:.1f} {unit}) "
-        f"but leaves {_pct(fastest.headroom)} headroom, below {margin}"
-    )
+    why = growth_note(fastest) if not fastest.tight else f"leaves {_pct(fastest.headroom)} headroom, below {margin}"
+    return f"{pair(fastest)} is {shown} faster ({fastest.throughput:.1f} vs {best.throughput:.1f} {unit}) but {why}"
 
 
 def _pct(fraction: float | None) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sweep.core.growth import at_risk
 from sweep.core.implications import may_outrun, no_faster_than, oom_implied, predicted_ooms
 from sweep.core.memory_model import PeakPrediction
 from sweep.core.ranking import ranked_ok
@@ -175,7 +176,7 @@ class Staircase(_Base):
         results = list(finished.values())
         # Only a roomy pair outranks: a tight one is not the answer (ranking.recommend), so a pair
         # no faster than it may still be.
-        roomy = [r for r in results if r.status == OK and not r.tight]
+        roomy = [r for r in results if r.status == OK and not at_risk(r)]
         base, pending = self._step2(finished, results)
         if pending:
             return pending
@@ -266,11 +267,11 @@ class Staircase(_Base):
         # run in more chunks needs less memory and may still beat every roomy pair: so for any tight
         # pair that racing would not stop against the best roomy pair (run-to-run noise reorders
         # pairs whose intervals overlap), or, with nothing roomy yet, for the leader alone.
-        best_roomy = next((r for r in ranked if not r.tight), None)
+        best_roomy = next((r for r in ranked if not at_risk(r)), None)
         neighbours += [
             (r.accum, r.split * 2)
             for r in ranked
-            if r.tight and (may_outrun(r, best_roomy) if best_roomy is not None else r is lead)
+            if at_risk(r) and (may_outrun(r, best_roomy) if best_roomy is not None else r is lead)
         ]
         out = []
         for na, ns in neighbours:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sweep.core.growth import GROWTH_PREFIX
 from sweep.core.memory_model import counted_peak_of
 from sweep.core.schema import Status
 
@@ -25,7 +26,7 @@ DEFAULT_UNIT = "samples/s"
 TIGHT_MARK = "tight"
 EARLY_MARK = "early"
 _LEGEND = {
-    TIGHT_MARK: "tight = ran ok with headroom below trial.memory_margin: may OOM in real training",
+    TIGHT_MARK: "tight = ran ok with headroom below trial.memory_margin, or its reserved peak still growing at its end: may OOM in real training",
     EARLY_MARK: "early = stopped before its last step, as more steps could not change the answer: it could not beat the leader "
     "(racing, the throughput ordering) or was already ahead of every measured pair",
 }
@@ -75,6 +76,8 @@ class Row:
     @property
     def note(self) -> str:
         """Why it did not run ok, one line; a predicted OOM names its predicted peak and the capacity."""
+        if self.status == Status.OK and self.tight and self.reason.startswith(GROWTH_PREFIX):
+            return self.reason  # the figure that shows why it is tight
         if self.status in _NOT_NOTED:
             return ""
         first = self.reason.splitlines()[0] if self.reason else ""

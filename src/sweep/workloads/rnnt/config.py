@@ -19,12 +19,22 @@ from dataclasses import dataclass
 
 # workload.precision's values (what each means: RNNTWorkloadConfig.precision).
 PRECISIONS = ("fp32", "auto", "fp16", "bf16")
+# workload.joint's values (what each means: RNNTWorkloadConfig.joint).
+JOINTS = ("reference", "fused")
 
 
 def check_precision(precision: str) -> None:
     """Raises ValueError naming a workload.precision outside PRECISIONS (before launch and in the trial)."""
     if precision not in PRECISIONS:
         raise ValueError(f"workload.precision={precision!r} is not valid: expected one of {', '.join(PRECISIONS)}")
+
+
+def check_joint(joint: str, packed: bool) -> None:
+    """Raises ValueError naming a workload.joint / packed_joint setting no trial could run with."""
+    if joint not in JOINTS:
+        raise ValueError(f"workload.joint={joint!r} is not valid: expected one of {', '.join(JOINTS)}")
+    if packed and joint != "fused":
+        raise ValueError("workload.packed_joint=true needs workload.joint=fused (the reference loss takes padded log-probs)")
 
 
 @dataclass
@@ -56,3 +66,19 @@ class RNNTWorkloadConfig:
     max_duration_s: float = 35.0  # lognormal: longer draws are redrawn; the first step is at this length
     tokens_per_s: float = 3.5  # lognormal: transcript tokens per second of audio (U = round(duration * this))
     frame_shift_ms: float = 10.0  # lognormal: one input frame per this many ms of audio
+    # lognormal: utterances are drawn from a corpus of this many (LibriSpeech train-960's count), sorted by
+    # duration into num_buckets buckets of equal size; each step's global batch comes from one bucket,
+    # as caiman-asr's bucketing sampler draws them (its --num_buckets, default 6). See data.py.
+    corpus_utterances: int = 281241
+    num_buckets: int = 6
+    # lognormal: the step index that repeats step 0's worst batch (the longest bucket's longest
+    # utterances) after the allocator has seen other shapes: by default the last step every trial
+    # runs (trial.warmup_steps 2 + trial.measure_steps 8 - 1); 0: step 0 only.
+    stress_step: int = 9
+    # The joint and loss: "reference" = log_softmax then the loss on fp32 log-probs (about 10 bytes a
+    # lattice cell under fp16 autocast); "fused" = caiman-asr's: the loss takes the joint's logits,
+    # computes the normaliser itself and writes its gradient into the logits' buffer (2 bytes a cell
+    # under fp16). See fused.py.
+    joint: str = "reference"
+    packed_joint: bool = False  # fused only: keep each utterance's valid T x (U+1) cells only (apex pack_output)
+    joint_chunk_mib: float = 64.0  # fused only: fp32 temporaries per chunk of lattice rows (or a 64th of the lattice, if more)

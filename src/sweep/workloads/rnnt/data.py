@@ -2,20 +2,24 @@
 
 Lengths. Real batches are padded to their longest utterance, so memory moves
 from step to step and a pair that fits on average can still run out on the
-longest batch. With `lengths="lognormal"` each utterance's duration is drawn
-from a log-normal with the given mean and standard deviation, redrawn until it
-lies in [min_duration_s, max_duration_s] (caiman-asr drops clips outside its
-limits rather than clipping them); its transcript has round(duration *
-tokens_per_s) tokens. The draws for step k come from a generator seeded by
-(seed, k) and cover the whole global batch, so every (accum, split,
-num_devices) trains on the same utterances in the same order: ranks,
-micro-batches and joint chunks are contiguous slices of that sequence.
+longest batch. With `lengths="lognormal"` a corpus of `corpus_utterances`
+durations is drawn once from a log-normal with the given mean and standard
+deviation, each redrawn until it lies in [min_duration_s, max_duration_s]
+(caiman-asr drops clips outside its limits rather than clipping them); a
+transcript has round(duration * tokens_per_s) tokens.
 
-The long tail on purpose: every utterance of step 0 is at the maximum length
-(max_duration_s, and the token count that goes with it). A trial's first step
-(a warm-up step by default) is therefore the worst padded batch the
-distribution can produce, and the trial's peak memory, taken over all its
-steps, includes it.
+Batches as caiman-asr draws them: the corpus is sorted by duration into
+`num_buckets` buckets of equal size, and each step's global batch comes from one
+bucket (its bucketing sampler), picked and sampled by a generator seeded by
+(seed, step). Every (accum, split, num_devices) trains on the same utterances in
+the same order: ranks, micro-batches and joint chunks are contiguous slices of
+that sequence.
+
+The worst batch on purpose, twice: step 0 and step `stress_step` are the longest
+bucket's longest utterances, longest first. Step 0 (a warm-up step by default)
+meets a fresh allocator; the stress step meets it after batches of other shapes
+have come and gone (the late OOMs seen on an H100 came at steps 9 and 22), and
+the trial's per-step reserved peaks show whether it still grows.
 
 Default shape: LibriSpeech train-960 (train-clean-100 + train-clean-360 +
 train-other-500): 281,241 utterances, 960.9 h, so a mean of 12.3 s; the corpus
@@ -30,6 +34,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+
+import numpy as np
 
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 
@@ -50,6 +56,9 @@ class LengthSpec:
     tokens_per_s: float
     frame_shift_ms: float
     min_frames: int  # at least one encoder frame per utterance
+    corpus_utterances: int = 281241
+    num_buckets: int = 6
+    stress_step: int = 0  # 0: no stress step
 
     @property
     def max_frames(self) -> int:
@@ -70,6 +79,10 @@ def length_spec(cfg) -> LengthSpec:
     """The length settings of a workload config; raises ValueError naming a bad value."""
     if cfg.lengths not in LENGTH_MODES:
         raise ValueError(f"workload.lengths={cfg.lengths!r} is not valid: expected one of {', '.join(LENGTH_MODES)}")
+    if cfg.num_buckets < 1:
+        raise ValueError(f"workload.num_buckets={cfg.num_buckets} is not valid: expected 1 or more duration buckets")
+    if cfg.stress_step < 0:
+        raise ValueError(f"workload.stress_step={cfg.stress_step} is not valid: expected a step index, or 0 for none")
     if cfg.lengths == "lognormal" and not (0 < cfg.min_duration_s < cfg.max_duration_s and cfg.duration_mean_s > 0 and cfg.duration_std_s > 0):
         raise ValueError(
             f"workload duration settings are not valid: need 0 < min_duration_s ({cfg.min_duration_s}) < "
@@ -86,6 +99,9 @@ def length_spec(cfg) -> LengthSpec:
         tokens_per_s=float(cfg.tokens_per_s),
         frame_shift_ms=float(cfg.frame_shift_ms),
         min_frames=int(cfg.subsample) * int(cfg.enc_stack_time),
+        corpus_utterances=max(1, int(cfg.corpus_utterances)),
+        num_buckets=int(cfg.num_buckets),
+        stress_step=int(cfg.stress_step),
     )
 
 
@@ -94,20 +110,51 @@ def _lognormal_params(mean: float, std: float) -> tuple[float, float]:
     return math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
 
 
+@lru_cache(maxsize=4)
+def corpus(spec: LengthSpec, seed: int) -> tuple[tuple[int, int], ...]:
+    """(frames, tokens) of every utterance of the synthetic corpus, shortest first."""
+    rng = np.random.default_rng([seed, 20261125])
+    mu, sigma = _lognormal_params(spec.mean_s, spec.std_s)
+    durations = np.empty(0)
+    while durations.size < spec.corpus_utterances:  # redraw what falls outside the limits
+        draws = rng.lognormal(mu, sigma, size=spec.corpus_utterances)
+        durations = np.concatenate([durations, draws[(draws >= spec.min_s) & (draws <= spec.max_s)]])
+    durations = np.sort(durations[: spec.corpus_utterances])
+    return tuple((spec.frames_of(float(d)), spec.tokens_of(float(d))) for d in durations)
+
+
+def buckets(spec: LengthSpec, seed: int) -> list[tuple[tuple[int, int], ...]]:
+    """The corpus in num_buckets duration buckets of equal size (the last ones one longer), shortest first."""
+    utts = corpus(spec, seed)
+    edges = np.linspace(0, len(utts), min(spec.num_buckets, len(utts)) + 1).round().astype(int)
+    return [utts[lo:hi] for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def is_worst_step(spec: LengthSpec, step: int) -> bool:
+    """Step 0 and the stress step carry the worst batch."""
+    return step == 0 or (spec.stress_step > 0 and step == spec.stress_step)
+
+
 @lru_cache(maxsize=64)
 def step_lengths(spec: LengthSpec, seed: int, step: int, global_batch: int) -> tuple[tuple[int, int], ...]:
     """(frames, tokens) of every utterance in the global batch of `step`, in order."""
-    if spec.mode == "fixed" or step == 0:
+    if spec.mode == "fixed":
         return ((spec.max_frames, spec.max_tokens),) * global_batch
+    if is_worst_step(spec, step):
+        return worst_batch(spec, seed, global_batch)
     rng = random.Random(f"{seed}/{step}")  # str seeds hash the same in every process (PYTHONHASHSEED aside)
-    mu, sigma = _lognormal_params(spec.mean_s, spec.std_s)
-    out = []
-    for _ in range(global_batch):
-        d = rng.lognormvariate(mu, sigma)
-        while not spec.min_s <= d <= spec.max_s:
-            d = rng.lognormvariate(mu, sigma)
-        out.append((spec.frames_of(d), spec.tokens_of(d)))
-    return tuple(out)
+    bucket = buckets(spec, seed)[rng.randrange(min(spec.num_buckets, spec.corpus_utterances))]
+    if len(bucket) >= global_batch:
+        return tuple(rng.sample(bucket, global_batch))
+    return tuple(rng.choices(bucket, k=global_batch))
+
+
+def worst_batch(spec: LengthSpec, seed: int, global_batch: int) -> tuple[tuple[int, int], ...]:
+    """The longest bucket's longest utterances, longest first (repeated if the corpus is smaller)."""
+    if spec.mode == "fixed":
+        return ((spec.max_frames, spec.max_tokens),) * global_batch
+    longest = corpus(spec, seed)[::-1]
+    return tuple(longest[i % len(longest)] for i in range(global_batch))
 
 
 def encoder_frames(frames: int, subsample: int, stack_time: int) -> int:
@@ -150,32 +197,59 @@ def _gib(n: float) -> str:
     return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / 1024**2:.1f} MiB"
 
 
-def size_summary(cfg: RNNTWorkloadConfig | Mapping) -> str:
-    """Two lines for dry_run: parameters, the largest joint lattice T x (U+1) x V, and its bytes per utterance.
+# Bytes a lattice cell (T x (U+1) x V) costs at the joint's peak, as bench/bench_caiman.py counts
+# them (every storage joint_and_loss allocates). Reference: the fp32 log-probs, their gradient and
+# the logits' gradient live together in the backward (10.0 under fp16 autocast, 12.0 in fp32).
+# Fused: the logits alone, at the amp dtype (fp32 without autocast), their gradient written into
+# the same buffer (fused.py): 2.0-2.1 and 4.1.
+REFERENCE_BYTES_PER_CELL = {"fp32": 12, "half": 10}
+FUSED_BYTES_PER_CELL = {"fp32": 4, "half": 2}
 
-    The joint's log-probs are fp32 under every precision (autocast runs
-    log_softmax in fp32); the backward holds their gradient, the same size,
-    beside them. With mixed precision the logits before the softmax are at the
-    amp dtype on top.
-    """
+
+def joint_bytes_per_cell(joint: str, precision: str, on_cuda: bool) -> int:
+    """The joint's bytes per lattice cell at its peak, for dry_run's figures."""
+    half = "half" if precision in ("fp16", "bf16") or (precision == "auto" and on_cuda) else "fp32"
+    return (FUSED_BYTES_PER_CELL if joint == "fused" else REFERENCE_BYTES_PER_CELL)[half]
+
+
+def worst_batch_cells(cfg: RNNTWorkloadConfig, utterances: int) -> tuple[int, int]:
+    """(padded, packed) lattice cells T x (U+1) x V of the worst batch's first `utterances`
+    utterances in one joint chunk: padded to its longest, or only each utterance's valid cells."""
+    spec = length_spec(cfg)
+    batch = worst_batch(spec, int(cfg.seed), utterances)
+    shape = [(encoder_frames(f, cfg.subsample, cfg.enc_stack_time), u + 1) for f, u in batch]
+    T, U1 = max(t for t, _ in shape), max(u for _, u in shape)
+    return len(batch) * T * U1 * cfg.vocab, sum(t * u for t, u in shape) * cfg.vocab
+
+
+def size_summary(cfg: RNNTWorkloadConfig | Mapping, utterances: int = 16) -> str:
+    """dry_run's lines: parameters, lengths, and the joint of the worst batch's first `utterances`
+    (a joint chunk of that many): its cells padded and packed, and their bytes for the joint in use
+    (and the other) on CUDA, where precision=auto means fp16."""
     if isinstance(cfg, Mapping):  # the plan's resolved workload dict
         cfg = RNNTWorkloadConfig(**cfg)
     spec = length_spec(cfg)
     T = encoder_frames(spec.max_frames, cfg.subsample, cfg.enc_stack_time)
-    U1, V = spec.max_tokens + 1, cfg.vocab
-    cells = T * U1 * V
-    half = "bf16" if cfg.precision == "bf16" else "fp16"
-    amp = "" if cfg.precision == "fp32" else f", +{_gib(cells * 2)} of {half} logits under precision={cfg.precision}{' on CUDA' if cfg.precision == 'auto' else ''}"
+    V = cfg.vocab
     if spec.mode == "fixed":
         lengths = f"fixed lengths: {spec.max_frames} frames, {spec.max_tokens} tokens"
     else:
         lengths = (
-            f"lognormal lengths: mean {spec.mean_s:g} s, sd {spec.std_s:g} s, in [{spec.min_s:g}, {spec.max_s:g}] s; "
-            f"step 0 at the maximum ({spec.max_frames} frames, {spec.max_tokens} tokens)"
+            f"lognormal lengths: mean {spec.mean_s:g} s, sd {spec.std_s:g} s, in [{spec.min_s:g}, {spec.max_s:g}] s, "
+            f"{spec.num_buckets} duration buckets; the worst batch at step 0"
+            + (f" and step {spec.stress_step}" if spec.stress_step else "")
         )
+    padded, packed = worst_batch_cells(cfg, utterances)
+    used = f"{cfg.joint}{' packed' if cfg.packed_joint else ''}"
+
+    def cost(joint: str, cells: int) -> str:
+        return _gib(cells * joint_bytes_per_cell(joint, cfg.precision, on_cuda=True))
+
     return (
         f"workload: RNN-T {_human(parameter_count(cfg))} parameters (encoder {cfg.enc_pre_layers}+{cfg.enc_layers} x {cfg.enc_hidden}, "
         f"prediction {cfg.pred_layers} x {cfg.pred_hidden}, joint {cfg.joint_hidden}, vocab {V}); {lengths}\n"
-        f"largest joint T x (U+1) x V = {T} x {U1} x {V} = {_human(cells)} cells: {_gib(cells * 4)} of fp32 log-probs "
-        f"per utterance, {_gib(cells * 8)} with their gradient{amp}"
+        f"largest joint T x (U+1) x V = {T} x {spec.max_tokens + 1} x {V} = {_human(T * (spec.max_tokens + 1) * V)} cells per utterance; "
+        f"worst batch, {utterances} utterances in a joint chunk: {_human(padded)} cells padded, {_human(packed)} packed; "
+        f"joint={used} on CUDA: {cost(cfg.joint, packed if cfg.packed_joint else padded)} "
+        f"(reference padded {cost('reference', padded)}, fused padded {cost('fused', padded)}, fused packed {cost('fused', packed)})"
     )

@@ -20,8 +20,8 @@ def _lattice(log_probs: torch.Tensor, labels: torch.Tensor, blank: int):
     return blank_lp, emit_lp, csum
 
 
-class _RNNTLoss(torch.autograd.Function):
-    """NLL by forward variables, gradient by backward variables (the alpha-beta method).
+def lattice_alpha(blank_lp: torch.Tensor, csum: torch.Tensor, ends=None):
+    """Forward variables alpha (B, T, U+1), log Z (B,) and each utterance's last cell (t_end, u_end).
 
     Within a lattice row, emissions form a linear recurrence in log space,
     solved in one shot by a cumulative sum and a log-cumsum-exp along u:
@@ -30,25 +30,64 @@ class _RNNTLoss(torch.autograd.Function):
 
     Carrying a(t) = alpha(t) - C(t) leaves two ops per time step; everything
     else is computed for all t at once. The loop over t is the only sequential
-    part, and it is the per-chunk cost of batch splitting, so it is kept
-    minimal, and its backward is written out rather than taped op by op.
+    part, and it is the per-chunk cost of batch splitting, so it is kept minimal.
     """
+    B, T, U1 = blank_lp.shape
+    k = (csum[:, :-1] + blank_lp[:, :-1] - csum[:, 1:]).unbind(1)
+    rows = [blank_lp.new_zeros(B, U1)]  # t = 0: alpha(0) = C(0), emissions only
+    for t in range(1, T):
+        rows.append(torch.logcumsumexp(rows[-1] + k[t - 1], dim=1))
+    alpha = torch.stack(rows, dim=1) + csum
+    # Padding lies after each utterance's last frame and token, so alpha up to
+    # (T_b - 1, U_b) never reads it: the utterance ends where its lengths say.
+    t_end, u_end = ends if ends is not None else (torch.full((B,), T - 1), torch.full((B,), U1 - 1))
+    t_end, u_end = t_end.to(alpha.device), u_end.to(alpha.device)
+    batch = torch.arange(B, device=alpha.device)
+    log_z = alpha[batch, t_end, u_end] + blank_lp[batch, t_end, u_end]
+    return alpha, log_z, t_end, u_end
+
+
+def edge_occupancy(blank_lp, emit_lp, csum, alpha, log_z, t_end, u_end, padded: bool):
+    """The probability that an alignment passes each blank edge (B, T, U+1) and each emission edge (B, T, U):
+    -d(NLL)/d(edge's log-prob), by backward variables. Zero outside each utterance."""
+    B, T, U1 = blank_lp.shape
+    # Backward variables, the mirror image: b(t) = beta(t) + C(t) obeys
+    # b(t) = reverse-logcumsumexp_u[b(t+1) + C(t) - C(t+1) + blank(t)], so the
+    # rows are flipped in u once, up front, and flipped back once at the end.
+    kb = (csum[:, :-1] - csum[:, 1:] + blank_lp[:, :-1]).flip(2).unbind(1)
+    batch = torch.arange(B, device=blank_lp.device)
+    end_value = (blank_lp[batch, t_end, u_end] + csum[batch, t_end, u_end])[:, None].expand(B, U1)
+    if not padded:
+        rows = [end_value]
+        for t in range(T - 2, -1, -1):
+            rows.append(torch.logcumsumexp(rows[-1] + kb[t], dim=1))
+    else:
+        # Each utterance starts its backward recursion at its own last frame, with
+        # -inf past its last token (flipped: before index U1-1-U_b) and after its last frame.
+        neg_inf = blank_lp.new_tensor(float("-inf"))
+        past_last_token = torch.arange(U1, device=blank_lp.device)[None, :] < (U1 - 1 - u_end)[:, None]
+        start = end_value.masked_fill(past_last_token, float("-inf"))
+        rows = [torch.where((t_end == T - 1)[:, None], start, neg_inf)]
+        for t in range(T - 2, -1, -1):
+            step = torch.logcumsumexp(rows[-1] + kb[t], dim=1)
+            rows.append(torch.where((t_end == t)[:, None], start, torch.where((t_end > t)[:, None], step, neg_inf)))
+    beta = torch.stack(rows[::-1], dim=1).flip(2) - csum
+    occ_blank = torch.zeros_like(blank_lp)
+    occ_blank[:, :-1] = torch.exp(alpha[:, :-1] + blank_lp[:, :-1] + beta[:, 1:] - log_z[:, None, None])
+    occ_blank[batch, t_end, u_end] = 1.0
+    occ_emit = torch.exp(alpha[:, :, :-1] + emit_lp + beta[:, :, 1:] - log_z[:, None, None])
+    return occ_blank, occ_emit
+
+
+class _RNNTLoss(torch.autograd.Function):
+    """NLL by forward variables, gradient by backward variables (the alpha-beta method), on
+    log-probs (the reference joint: log_softmax in front). Its backward is written out rather
+    than taped op by op, so the per-chunk cost of batch splitting stays small."""
 
     @staticmethod
     def forward(ctx, log_probs: torch.Tensor, labels: torch.Tensor, blank: int, ends=None) -> torch.Tensor:
         blank_lp, emit_lp, csum = _lattice(log_probs.detach(), labels, blank)
-        B, T, U1 = blank_lp.shape
-        k = (csum[:, :-1] + blank_lp[:, :-1] - csum[:, 1:]).unbind(1)
-        rows = [log_probs.new_zeros(B, U1)]  # t = 0: alpha(0) = C(0), emissions only
-        for t in range(1, T):
-            rows.append(torch.logcumsumexp(rows[-1] + k[t - 1], dim=1))
-        alpha = torch.stack(rows, dim=1) + csum
-        # Padding lies after each utterance's last frame and token, so alpha up to
-        # (T_b - 1, U_b) never reads it: the utterance ends where its lengths say.
-        t_end, u_end = ends if ends is not None else (torch.full((B,), T - 1), torch.full((B,), U1 - 1))
-        t_end, u_end = t_end.to(alpha.device), u_end.to(alpha.device)
-        batch = torch.arange(B, device=alpha.device)
-        log_z = alpha[batch, t_end, u_end] + blank_lp[batch, t_end, u_end]
+        alpha, log_z, t_end, u_end = lattice_alpha(blank_lp, csum, ends)
         ctx.save_for_backward(labels, blank_lp, emit_lp, csum, alpha, log_z, t_end, u_end)
         ctx.blank, ctx.shape, ctx.padded = blank, log_probs.shape, ends is not None
         return -log_z
@@ -57,36 +96,12 @@ class _RNNTLoss(torch.autograd.Function):
     def backward(ctx, grad_nll: torch.Tensor):
         labels, blank_lp, emit_lp, csum, alpha, log_z, t_end, u_end = ctx.saved_tensors
         B, T, U1 = blank_lp.shape
-        # Backward variables, the mirror image: b(t) = beta(t) + C(t) obeys
-        # b(t) = reverse-logcumsumexp_u[b(t+1) + C(t) - C(t+1) + blank(t)], so the
-        # rows are flipped in u once, up front, and flipped back once at the end.
-        kb = (csum[:, :-1] - csum[:, 1:] + blank_lp[:, :-1]).flip(2).unbind(1)
-        batch = torch.arange(B, device=blank_lp.device)
-        end_value = (blank_lp[batch, t_end, u_end] + csum[batch, t_end, u_end])[:, None].expand(B, U1)
-        if not ctx.padded:
-            rows = [end_value]
-            for t in range(T - 2, -1, -1):
-                rows.append(torch.logcumsumexp(rows[-1] + kb[t], dim=1))
-        else:
-            # Each utterance starts its backward recursion at its own last frame, with
-            # -inf past its last token (flipped: before index U1-1-U_b) and after its last frame.
-            neg_inf = blank_lp.new_tensor(float("-inf"))
-            past_last_token = torch.arange(U1, device=blank_lp.device)[None, :] < (U1 - 1 - u_end)[:, None]
-            start = end_value.masked_fill(past_last_token, float("-inf"))
-            rows = [torch.where((t_end == T - 1)[:, None], start, neg_inf)]
-            for t in range(T - 2, -1, -1):
-                step = torch.logcumsumexp(rows[-1] + kb[t], dim=1)
-                rows.append(torch.where((t_end == t)[:, None], start, torch.where((t_end > t)[:, None], step, neg_inf)))
-        beta = torch.stack(rows[::-1], dim=1).flip(2) - csum
+        occ_blank, occ_emit = edge_occupancy(blank_lp, emit_lp, csum, alpha, log_z, t_end, u_end, ctx.padded)
         scale = -grad_nll[:, None, None]
-        grad_blank = torch.zeros_like(blank_lp)
-        grad_blank[:, :-1] = torch.exp(alpha[:, :-1] + blank_lp[:, :-1] + beta[:, 1:] - log_z[:, None, None])
-        grad_blank[batch, t_end, u_end] = 1.0
-        grad_emit = torch.exp(alpha[:, :, :-1] + emit_lp + beta[:, :, 1:] - log_z[:, None, None])
         grad = blank_lp.new_zeros(ctx.shape)
-        grad[..., ctx.blank] = grad_blank * scale
+        grad[..., ctx.blank] = occ_blank * scale
         index = labels[:, None, :, None].expand(B, T, U1 - 1, 1)
-        grad[:, :, :-1, :].scatter_(3, index, (grad_emit * scale).unsqueeze(3))
+        grad[:, :, :-1, :].scatter_(3, index, (occ_emit * scale).unsqueeze(3))
         return grad, None, None, None
 
 

@@ -29,10 +29,11 @@ import torch.distributed as dist
 from torch import nn
 
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER
-from sweep.workloads.rnnt.config import check_precision
-from sweep.workloads.rnnt.data import encoder_frames, length_spec, step_lengths
+from sweep.workloads.rnnt.config import check_joint, check_precision
+from sweep.workloads.rnnt.fused import fused_rnnt_loss, valid_cells
 from sweep.workloads.rnnt.loss import BLANK, rnnt_loss, rnnt_loss_bruteforce  # noqa: F401 - model's public names
 from sweep.workloads.rnnt.memory import DeviceOOM, drop_exception, free_device_memory, is_oom_error, oom_summary
+from sweep.workloads.rnnt.synthetic import SyntheticData  # noqa: F401 - model's public names
 
 # Status codes all ranks exchange before any gradient traffic. MAX picks the
 # one every rank reports, so a real bug (FAILED) outranks an OOM.
@@ -91,57 +92,23 @@ class RNNT(nn.Module):
         """
         return enc, pred
 
-    def joint_forward(self, enc: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+    def joint_logits(self, enc: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+        """The joint's output before any softmax, padded: (B, T, U+1, V)."""
         hidden = self.joint_enc(enc)[:, :, None, :] + self.joint_pred(pred)[:, None, :, :]  # (B, T, U+1, H)
-        return torch.log_softmax(self.joint_out(torch.tanh(hidden)), dim=-1)
+        return self.joint_out(torch.tanh(hidden))
 
+    def joint_logits_packed(self, enc: torch.Tensor, pred: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
+        """The joint's output at the lattice cells `cells` only (fused.valid_cells): (N, V). The hidden
+        layer is gathered per cell too, so nothing of padded lattice size is made."""
+        B, T, _ = enc.shape
+        U1 = pred.shape[1]
+        b, t, u = cells // (T * U1), (cells // U1) % T, cells % U1
+        hidden = self.joint_enc(enc).reshape(B * T, -1)[b * T + t] + self.joint_pred(pred).reshape(B * U1, -1)[b * U1 + u]
+        return self.joint_out(torch.tanh(hidden))
 
-# ---------------------------------------------------------------- data
-
-
-class SyntheticData:
-    """Synthetic utterances resident on the device: features randn, labels in 1..V-1.
-
-    A bank of `size` utterances at the longest length is made once from the
-    seed; sample g of the global batch at step k is row (k * global_batch + g)
-    mod size, cut to the length data.step_lengths gives it (the same for every
-    way of cutting the global batch). So every pair trains on the same global
-    batch however it cuts it into ranks, micro-batches and chunks, and making a
-    micro-batch is one gather on the device, not host-side generation inside
-    the timed step. A batch is padded to its longest utterance.
-    """
-
-    def __init__(self, cfg, seed: int, device: torch.device, size: int = 64) -> None:
-        self.spec = length_spec(cfg)
-        self.seed = seed
-        self.subsample, self.stack_time = int(cfg.subsample), int(cfg.enc_stack_time)
-        gen = torch.Generator().manual_seed(seed)
-        self.feats = torch.randn(size, self.spec.max_frames, cfg.feat_dim, generator=gen).to(device)
-        self.labels = torch.randint(1, cfg.vocab, (size, self.spec.max_tokens), generator=gen).to(device)
-
-    def lengths(self, step_index: int, first_sample: int, count: int, global_batch: int) -> tuple[list[int], list[int]]:
-        """(input frames, tokens) of samples first_sample .. first_sample+count-1 of step `step_index`."""
-        chosen = step_lengths(self.spec, self.seed, step_index, global_batch)[first_sample : first_sample + count]
-        return [f for f, _ in chosen], [u for _, u in chosen]
-
-    def batch(self, step_index: int, first_sample: int, count: int, global_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Samples first_sample .. first_sample+count-1 of the global batch of step `step_index`, padded."""
-        feats, labels, _, _ = self.padded_batch(step_index, first_sample, count, global_batch)
-        return feats, labels
-
-    def padded_batch(self, step_index: int, first_sample: int, count: int, global_batch: int):
-        """(feats, labels, encoder frame lengths, label lengths); lengths are None when all are full."""
-        frames, tokens = self.lengths(step_index, first_sample, count, global_batch)
-        start = step_index * global_batch + first_sample
-        rows = torch.arange(start, start + count, device=self.feats.device) % self.feats.shape[0]
-        F, U = max(frames), max(tokens)
-        if self.spec.mode == "fixed":
-            return self.feats[rows], self.labels[rows], None, None
-        feats = self.feats[rows, :F]
-        valid = torch.arange(F, device=feats.device)[None, :] < torch.tensor(frames, device=feats.device)[:, None]
-        feats = feats * valid[:, :, None]  # zeros after each utterance's end, as a real loader pads
-        enc_lens = torch.tensor([encoder_frames(f, self.subsample, self.stack_time) for f in frames])
-        return feats, self.labels[rows, :U], enc_lens, torch.tensor(tokens)
+    def joint_forward(self, enc: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+        """The reference joint: log-probs (B, T, U+1, V)."""
+        return torch.log_softmax(self.joint_logits(enc, pred), dim=-1)
 
 
 def cpu_bf16_supported() -> bool:
@@ -211,6 +178,7 @@ class RNNTWorkload:
             self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.0)
         else:
             raise ValueError(f"workload.optimizer={cfg.optimizer!r} is not valid: expected 'adam' or 'sgd'")
+        check_joint(cfg.joint, bool(cfg.packed_joint))
         self.amp_dtype = autocast_dtype(cfg.precision, self.device)
         # fp16 gradients underflow without loss scaling (the recipe's GradScaler); bf16 and fp32 need none.
         self.scaler = torch.amp.GradScaler(self.device.type) if self.amp_dtype == torch.float16 else None
@@ -250,11 +218,28 @@ class RNNTWorkload:
         self, enc: torch.Tensor, pred: torch.Tensor, labels: torch.Tensor, scale: float, frame_lens=None, label_lens=None
     ) -> torch.Tensor:
         """Joint + loss forward and backward for one chunk; returns the chunk's (scaled) loss, detached."""
-        with self._autocast():
-            log_probs = self.model.joint_forward(enc, pred)
-        loss = rnnt_loss(log_probs.float(), labels, frame_lens=frame_lens, label_lens=label_lens).sum() * scale
+        if self.cfg.joint == "fused":
+            loss = self._fused_joint_loss(enc, pred, labels, frame_lens, label_lens).sum() * scale
+        else:
+            with self._autocast():
+                log_probs = self.model.joint_forward(enc, pred)
+            loss = rnnt_loss(log_probs.float(), labels, frame_lens=frame_lens, label_lens=label_lens).sum() * scale
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         return loss.detach()
+
+    def _fused_joint_loss(self, enc, pred, labels, frame_lens, label_lens) -> torch.Tensor:
+        """caiman-asr's joint memory: logits at the amp dtype, packed if asked, and the fused loss that
+        overwrites them with their gradient (fused.py)."""
+        chunk_bytes = int(float(self.cfg.joint_chunk_mib) * 1024**2)
+        if self.cfg.packed_joint and frame_lens is not None:
+            frame_lens, label_lens = frame_lens.to(self.device), label_lens.to(self.device)
+            cells = valid_cells(frame_lens, label_lens, enc.shape[1], pred.shape[1])
+            with self._autocast():
+                logits = self.model.joint_logits_packed(enc, pred, cells)
+            return fused_rnnt_loss(logits, labels, frame_lens, label_lens, cells=cells, chunk_bytes=chunk_bytes)
+        with self._autocast():
+            logits = self.model.joint_logits(enc, pred)
+        return fused_rnnt_loss(logits, labels, frame_lens, label_lens, chunk_bytes=chunk_bytes)
 
     def backward_encoder(
         self, enc: torch.Tensor, pred: torch.Tensor, enc_grad: torch.Tensor, pred_grad: torch.Tensor, sync: bool = False

@@ -1,0 +1,702 @@
+"""The probe inside a trained process: step times, allocator memory and OOMs, as JSON lines.
+
+Importable on its own (stdlib at import, torch once the process imports it), so it runs in any
+interpreter a trial starts, whether or not `sweep` is importable there. sweep.probe reads what it
+writes; core/probe_report.py summarises it.
+
+One file per process, `<record dir>/rank{R}-pid{P}.jsonl`, one JSON object per line, flushed per
+line so a killed process leaves what it measured:
+  start   pid, rank, local_rank, world_size, torch version, host
+  step    one per optimizer step: index, end (epoch s), seconds, optimizers (count; skipped: those
+          AMP's GradScaler skipped), memory peaks since the previous step (allocator on CUDA,
+          /proc/self/status on CPU), the device
+  oom     module (path of the running module, "optimizer:<class>" in an optimizer step), where
+          (forward/backward/optimizer), inside (whether that module was running or had just
+          finished), message, step
+  problem why part of the probe could not work (it never raises into the user's program)
+  exit    at interpreter exit
+Nothing is printed: the user's log stays theirs.
+
+A step ends when the optimizers of one iteration have all stepped. Several optimizers stepping in
+one iteration (Muon + AdamW, a GAN's pair) are one step: an optimizer that steps again closes the
+step it already stepped in, and from then on the set seen in that step is expected, so later steps
+close as soon as the whole set has stepped (not one step late). A step starts where the previous
+one ended (so the time between steps, data loading included, counts) or, for the first, at the
+first forward, backward or optimizer call since the probe armed; `begin_step()` lets a caller that
+knows where its step starts (the built-in workload) say so.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import gc
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import weakref
+
+RECORD_DIR_ENV = "SWEEP_PROBE_DIR"
+WATCH_DEPTH = 3  # backward is followed into modules this deep in the running stack (_watch_backward)
+# Substrings of allocators' out-of-memory messages (kept in step with sweep.workloads.rnnt.memory).
+OOM_MESSAGES = (
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "HIP out of memory",
+    "DefaultCPUAllocator: can't allocate memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE",
+)
+_RANK_VARIABLES = ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+_WORLD_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
+
+def _env_int(names: tuple[str, ...], default: int) -> int:
+    for name in names:
+        value = os.environ.get(name, "")
+        if value.strip().lstrip("-").isdigit():
+            return int(value)
+    return default
+
+
+def is_oom(exc: BaseException | None) -> bool:
+    if exc is None:
+        return False
+    if isinstance(exc, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc)
+    return any(m in text for m in OOM_MESSAGES)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The allocator's own words: from its marker on (no "[enforce fail at ...]"), first line, no error code."""
+    text = str(exc).strip()
+    for marker in OOM_MESSAGES:
+        if marker in text:
+            text = text[text.index(marker):]
+            break
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first.split(". Error code")[0][:300]
+
+
+class _Writer:
+    """This process's record file; opened on first use, again after a fork (the child's own file)."""
+
+    def __init__(self, record_dir: str) -> None:
+        self.record_dir = record_dir
+        self.pid = -1
+        self.file = None
+        self.lock = threading.Lock()
+        self.broken = False
+
+    def write(self, record: dict, rank: int) -> None:
+        if self.broken:
+            return
+        try:
+            with self.lock:
+                if self.pid != os.getpid() or self.file is None:
+                    os.makedirs(self.record_dir, exist_ok=True)
+                    self.pid = os.getpid()
+                    self.file = open(os.path.join(self.record_dir, f"rank{rank}-pid{self.pid}.jsonl"), "a", encoding="utf-8")
+                self.file.write(json.dumps(record, separators=(",", ":")) + "\n")
+                self.file.flush()
+        except Exception:  # noqa: BLE001 - a full disk must not stop the training
+            self.broken = True
+
+    def close(self) -> None:
+        with self.lock:
+            if self.file is not None and self.pid == os.getpid():
+                try:
+                    self.file.close()
+                except OSError:
+                    pass
+            self.file = None
+
+
+class Probe:
+    """The hooks' state in one process. One instance (PROBE); arm() points it at a record dir."""
+
+    def __init__(self) -> None:
+        self.writer: _Writer | None = None
+        self.file_rank = 0
+        self.hooks_installed = False
+        self.status_fd = self.clear_refs_fd = None  # /proc/self/status and clear_refs, kept open
+        self.fd_pid = -1
+        self.fork_hook_registered = False
+        self.keep_steps = False
+        self.steps: list[dict] = []  # this arming's step records, when keep_steps (in-process callers)
+        self.ooms: list[dict] = []  # this arming's oom records
+        self._disabled: set[str] = set()  # hooks that failed once: off for the rest of the run
+        self.names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> path, from name_modules
+        self.backward_hooks: dict[int, tuple] = {}  # id(module) -> (weakref to it, its tensor hook)
+        self._reset_steps()
+
+    # ---------------------------------------------------------------- arming
+
+    def _reset_steps(self) -> None:
+        self.step_index = 0
+        self.step_start: float | None = None
+        self.explicit_start = False
+        self.group: dict[int, int] = {}  # id(optimizer) -> times stepped in the open step
+        self.group_skipped = 0
+        self.group_end: float | None = None  # perf_counter at the open step's last optimizer end
+        self.group_end_wall = 0.0
+        self.expected: frozenset[int] | None = None  # the optimizers one step is made of, once known
+        self.depth = 0  # nested optimizer steps (an optimizer wrapping another)
+        self.current_optimizer = None
+        self.memory: dict[str, int] = {}
+        self.retries_before: int | None = None
+        self.module_stack: list = []
+        self.last_module = None
+        self.backward_module = None  # weakref: the module whose output's gradient was computed last
+        self.backward_depth = 0
+        self.last_watched = None  # weakref: the tensor whose gradient was hooked last
+        self.allocator_oom_pending = False
+        self.seen_exceptions: list[int] = []
+
+    def rank(self) -> int:
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                return int(dist.get_rank())
+        except Exception:  # noqa: BLE001
+            pass
+        return self.file_rank
+
+    def world_size(self) -> int:
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                return int(dist.get_world_size())
+        except Exception:  # noqa: BLE001
+            pass
+        return _env_int(_WORLD_VARIABLES, 1)
+
+    def arm(self, record_dir: str, keep_steps: bool = False) -> None:
+        """Point the probe at record_dir (again: a new dir starts a new record) and install its hooks."""
+        record_dir = os.path.abspath(record_dir)
+        if self.writer is not None and self.writer.record_dir == record_dir and self.hooks_installed:
+            self.keep_steps = self.keep_steps or keep_steps
+            return
+        if self.writer is not None:
+            self._finish("rearmed")
+            self.writer.close()
+        self._reset_steps()
+        self.steps, self.ooms = [], []
+        self.keep_steps = keep_steps
+        self.writer = _Writer(record_dir)
+        self.file_rank = _env_int(_RANK_VARIABLES, 0)
+        import torch
+
+        self._write(
+            {
+                "kind": "start",
+                "pid": os.getpid(),
+                "rank": self.rank(),
+                "local_rank": _env_int(("LOCAL_RANK", "SLURM_LOCALID"), 0),
+                "world_size": self.world_size(),
+                "torch": str(torch.__version__),
+                "host": socket.gethostname(),
+                "argv": sys.argv[:4],
+            }
+        )
+        if not self.hooks_installed:
+            self.hooks_installed = True
+            self._install_hooks(torch)
+
+    def _write(self, record: dict) -> None:
+        if self.writer is None:
+            return
+        record.setdefault("t", time.time())
+        record.setdefault("rank", self.rank())
+        self.writer.write(record, self.file_rank)
+
+    def problem(self, where: str, exc: BaseException) -> None:
+        if where in self._disabled:
+            return
+        self._disabled.add(where)
+        self._write({"kind": "problem", "message": f"{where}: {type(exc).__name__}: {exc}"[:500]})
+
+    # ---------------------------------------------------------------- hooks
+
+    def _install_hooks(self, torch) -> None:
+        self.torch = torch
+        self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+        steps = [
+            ("optimizer hooks", self._install_optimizer_hooks),
+            ("module hooks", self._install_module_hooks),
+            ("backward wrapper", self._install_backward_wrapper),
+            ("GradScaler wrapper", self._install_scaler_wrapper),
+            ("CUDA OOM observer", self._install_cuda_observer),
+            ("excepthook", self._install_excepthook),
+        ]
+        self.undo = []
+        for name, install in steps:
+            try:
+                install(torch)
+            except Exception as exc:  # noqa: BLE001
+                self.problem(name, exc)
+        if not self.fork_hook_registered:  # cannot be unregistered: once per process
+            self.fork_hook_registered = True
+            os.register_at_fork(after_in_child=self._after_fork)
+            atexit.register(self._at_exit)
+
+    def disarm(self) -> None:
+        """Close the record and take every hook out again (the overhead bench compares with and without)."""
+        if self.writer is not None:
+            self._finish("disarmed")
+            self.writer.close()
+            self.writer = None
+        for undo in reversed(getattr(self, "undo", [])):
+            undo()
+        self.undo = []
+        self.hooks_installed = False
+
+    def _after_fork(self) -> None:
+        # A forked child (a DataLoader worker) writes only if it ever steps, to its own file.
+        self.module_stack = []
+        self.depth = 0
+
+    def _install_optimizer_hooks(self, torch) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self.undo.append(register_optimizer_step_pre_hook(self._optimizer_pre_hook).remove)
+        self.undo.append(register_optimizer_step_post_hook(self._optimizer_post_hook).remove)
+
+    def _install_module_hooks(self, torch) -> None:
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self.undo.append(register_module_forward_pre_hook(self._forward_pre_hook).remove)
+        self.undo.append(register_module_forward_hook(self._forward_hook, always_call=True).remove)
+
+    def _install_backward_wrapper(self, torch) -> None:
+        original = torch.autograd.backward
+        probe = self
+
+        @functools.wraps(original)
+        def backward(*args, **kwargs):
+            if probe.writer is None:
+                return original(*args, **kwargs)
+            probe._activity()
+            probe.backward_depth += 1
+            if probe.backward_depth == 1:
+                probe.backward_module = None
+            try:
+                return original(*args, **kwargs)
+            except BaseException as exc:
+                if is_oom(exc):
+                    probe.record_oom(exc, "exception")
+                raise
+            finally:
+                probe.backward_depth -= 1
+
+        backward._sweep_probe_original = original  # type: ignore[attr-defined]
+        torch.autograd.backward = backward  # Tensor.backward calls it through torch.autograd
+        self.undo.append(lambda: setattr(torch.autograd, "backward", original))
+
+    def _install_scaler_wrapper(self, torch) -> None:
+        scaler_class = torch.amp.GradScaler
+        original = scaler_class.step
+        probe = self
+
+        @functools.wraps(original)
+        def step(scaler, optimizer, *args, **kwargs):
+            before = probe.optimizer_calls
+            result = original(scaler, optimizer, *args, **kwargs)
+            # No optimizer hook ran: the scaler skipped this step (inf/nan gradients). It still counts.
+            if probe.writer is not None and probe.optimizer_calls == before:
+                try:
+                    probe._optimizer_begins(optimizer)
+                    probe._optimizer_ends(optimizer, skipped=True)
+                except Exception as exc:  # noqa: BLE001
+                    probe.problem("GradScaler wrapper", exc)
+            return result
+
+        scaler_class.step = step
+        self.undo.append(lambda: setattr(scaler_class, "step", original))
+
+    optimizer_calls = 0
+
+    def _install_cuda_observer(self, torch) -> None:
+        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is None or self.fork_hook_registered or not torch.cuda.is_available():
+            return  # none, or attached at the first arming already (it cannot be detached)
+
+        def attach_now() -> None:
+            try:
+                attach(self._cuda_oom_observer)
+            except Exception as exc:  # noqa: BLE001
+                self.problem("CUDA OOM observer", exc)
+
+        torch.cuda._lazy_call(attach_now)  # at CUDA's initialisation, or now if it is up already
+
+    def _install_excepthook(self, torch) -> None:
+        previous = sys.excepthook
+
+        def excepthook(kind, exc, tb):
+            try:
+                if is_oom(exc):
+                    self.record_oom(exc, "uncaught")
+            except Exception:  # noqa: BLE001
+                pass
+            previous(kind, exc, tb)
+
+        sys.excepthook = excepthook
+        self.undo.append(lambda: setattr(sys, "excepthook", previous))
+
+    # ---------------------------------------------------------------- steps
+
+    def _activity(self) -> None:
+        if self.step_start is None:
+            self.step_start = time.perf_counter()
+
+    def begin_step(self) -> None:
+        """The next step starts now (a caller that knows where its step begins)."""
+        self._sync()
+        self.step_start = time.perf_counter()
+        self.explicit_start = True
+
+    def end_step(self) -> dict | None:
+        """Close the open step now (a caller that knows its step is over); its record, or None."""
+        if not self.group:
+            return None
+        return self._close_step()
+
+    def reset_peaks(self) -> None:
+        """Memory peaks count from now (a caller whose start-up and warm-up must not count)."""
+        self._sample_memory()
+        self.memory = {}
+
+    def open_step_memory(self) -> dict:
+        """The open step's memory figures so far (a step an OOM cut short never closes)."""
+        self._sample_memory()
+        return dict(self.memory)
+
+    def name_modules(self, root, prefix: str = "") -> None:
+        """Name root's modules by their attribute paths from root (`encoder.lstm`), ahead of any OOM.
+
+        Without it a path is looked up when an OOM needs it, over the live objects; a caller that holds
+        its model (the built-in workload) names it here, so that needs no memory when memory is short."""
+        for name, module in root.named_modules(prefix=prefix):
+            self.names[module] = name or type(module).__name__
+
+    def module_path(self, module) -> str:
+        try:
+            return self.names[module]
+        except (KeyError, TypeError):
+            return _module_path(module)
+
+    def _sync(self) -> None:
+        torch = self.torch if self.hooks_installed else None
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def _optimizer_pre_hook(self, optimizer, args, kwargs) -> None:
+        if self.writer is None or self.compiling():
+            return
+        if self.depth > 0 and optimizer is self.current_optimizer:
+            self.depth = 0  # its last step never finished (an exception the trainer caught): start afresh
+        self.depth += 1
+        if self.depth > 1:
+            return
+        self.optimizer_calls += 1
+        try:
+            self._optimizer_begins(optimizer)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("optimizer pre-hook", exc)
+
+    def _optimizer_post_hook(self, optimizer, args, kwargs) -> None:
+        if self.writer is None or self.compiling() or self.depth == 0:
+            return
+        self.depth -= 1
+        if self.depth > 0:
+            return
+        try:
+            self._optimizer_ends(optimizer, skipped=False)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("optimizer post-hook", exc)
+
+    def _optimizer_begins(self, optimizer) -> None:
+        self._activity()
+        if id(optimizer) in self.group:  # it stepped in the open step already: that step is over
+            if self.expected is None or not self.expected <= set(self.group):
+                self.expected = frozenset(self.group)
+            self._close_step()
+            self._activity()
+        self.current_optimizer = optimizer
+
+    def _optimizer_ends(self, optimizer, skipped: bool) -> None:
+        self._sync()
+        # Memory first, then the clock: the probe's own work belongs to the step that ends here, so the
+        # boundary falls where the optimizer step returns to the trainer.
+        self._sample_memory()
+        self.group_end = time.perf_counter()
+        self.group_end_wall = time.time()
+        self.group[id(optimizer)] = self.group.get(id(optimizer), 0) + 1
+        self.group_skipped += int(skipped)
+        self.current_optimizer = None
+        self.last_module = None
+        if self.expected is not None and self.expected <= set(self.group):
+            self._close_step()
+
+    def _proc_status(self) -> dict[str, int]:
+        """Bytes of /proc/self/status's Vm* lines (resident and address-space, current and peak): one
+        pread on a descriptor kept open (a fork's child opens its own)."""
+        if self.status_fd is None or self.fd_pid != os.getpid():
+            self.status_fd, self.clear_refs_fd, self.fd_pid = os.open("/proc/self/status", os.O_RDONLY), None, os.getpid()
+        text = os.pread(self.status_fd, 8192, 0)
+        out = {}
+        for name in (b"VmPeak", b"VmSize", b"VmHWM", b"VmRSS"):
+            at = text.find(name + b":")
+            if at >= 0:
+                at += len(name) + 1
+                out[name.decode()] = int(text[at : text.find(b"kB", at)]) * 1024  # "VmRSS:	  123 kB"
+        return out
+
+    def _sample_memory(self) -> None:
+        """Fold the peaks since the last sample into the open step's, then reset them."""
+        memory = self.memory
+        try:
+            status = self._proc_status()
+            memory["resident_peak"] = max(memory.get("resident_peak", 0), status.get("VmHWM", 0))
+            memory["resident"] = status.get("VmRSS", 0)
+            memory["address_peak"] = max(memory.get("address_peak", 0), status.get("VmPeak", 0))
+            memory["address"] = status.get("VmSize", 0)
+            if "clear_refs" not in self._disabled:
+                try:
+                    if self.clear_refs_fd is None or self.fd_pid != os.getpid():
+                        self.clear_refs_fd = os.open("/proc/self/clear_refs", os.O_WRONLY)
+                    os.write(self.clear_refs_fd, b"5")  # VmHWM back to the current resident size (Linux >= 4.0)
+                except OSError as exc:
+                    self.problem("clear_refs", exc)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("CPU memory", exc)
+        torch = self.torch
+        try:
+            if torch.cuda.is_initialized():
+                device = torch.cuda.current_device()
+                memory["allocated_peak"] = max(memory.get("allocated_peak", 0), torch.cuda.max_memory_allocated(device))
+                memory["reserved_peak"] = max(memory.get("reserved_peak", 0), torch.cuda.max_memory_reserved(device))
+                torch.cuda.reset_peak_memory_stats(device)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("CUDA memory", exc)
+
+    def _close_step(self) -> dict:
+        torch = self.torch
+        memory, self.memory = self.memory, {}
+        device = "cpu"
+        retries = None
+        try:
+            if torch.cuda.is_initialized():
+                device = "cuda"
+                total = int(torch.cuda.memory_stats(torch.cuda.current_device()).get("num_alloc_retries", 0))
+                retries = total - (self.retries_before if self.retries_before is not None else 0)
+                self.retries_before = total
+        except Exception as exc:  # noqa: BLE001
+            self.problem("CUDA retries", exc)
+        end = self.group_end if self.group_end is not None else time.perf_counter()
+        start = self.step_start if self.step_start is not None else end
+        record = {
+            "kind": "step",
+            "step": self.step_index,
+            "rank": self.rank(),
+            "end": self.group_end_wall or time.time(),
+            "seconds": max(0.0, end - start),
+            "optimizers": sum(self.group.values()),
+            "skipped": self.group_skipped,
+            "device": device,
+            "allocated_peak": memory.get("allocated_peak"),
+            "reserved_peak": memory.get("reserved_peak"),
+            "retries": retries,
+            "resident_peak": memory.get("resident_peak"),
+            "resident": memory.get("resident"),
+            "address_peak": memory.get("address_peak"),
+            "address": memory.get("address"),
+        }
+        self._write(record)
+        if self.keep_steps:
+            self.steps.append(record)
+        self.step_index += 1
+        self.group, self.group_skipped, self.group_end, self.group_end_wall = {}, 0, None, 0.0
+        self.step_start, self.explicit_start = end, False
+        self.allocator_oom_pending = False
+        return record
+
+    # ---------------------------------------------------------------- modules and OOMs
+
+    def _forward_pre_hook(self, module, args) -> None:
+        if self.writer is None or self.compiling():
+            return None
+        if self.step_start is None:
+            self.step_start = time.perf_counter()
+        self.module_stack.append(module)
+        return None
+
+    def _forward_hook(self, module, args, output) -> None:
+        if self.writer is None or self.compiling():
+            return None
+        stack = self.module_stack
+        try:
+            if output is None:
+                exc = sys.exc_info()[1]
+                if exc is not None and is_oom(exc):
+                    self.record_oom(exc, "exception")
+            elif self.backward_depth == 0 and self.torch.is_grad_enabled():
+                self._watch_backward(module, output)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("forward hook", exc)
+        if stack and stack[-1] is module:
+            stack.pop()
+        elif module in stack:  # unbalanced (a hook elsewhere raised): unwind to it
+            while stack and stack.pop() is not module:
+                pass
+        self.last_module = module
+        return None
+
+    def _watch_backward(self, module, output) -> None:
+        """Hook one output tensor: its gradient means backward has reached the module.
+
+        Only for modules at most WATCH_DEPTH deep in the running stack (`module.encoder.layers`: a
+        phase is named near the top), so a model of thousands of layers pays for a handful per step."""
+        if len(self.module_stack) > WATCH_DEPTH:
+            return
+        tensor = output
+        if type(output) in (tuple, list):
+            tensor = output[0] if output else None
+        elif isinstance(output, dict):
+            tensor = next(iter(output.values()), None)
+        if not isinstance(tensor, self.torch.Tensor) or not tensor.requires_grad:
+            return
+        # A module returning its child's output as is: the child (innermost) names that gradient.
+        if self.last_watched is not None and self.last_watched() is tensor:
+            return
+        key = id(module)
+        entry = self.backward_hooks.get(key)
+        if entry is None or entry[0]() is not module:  # one hook per module, made once
+            entry = self.backward_hooks[key] = (weakref.ref(module), functools.partial(_backward_reached, self, weakref.ref(module)))
+        tensor.register_hook(entry[1])
+        self.last_watched = weakref.ref(tensor)
+
+    def _cuda_oom_observer(self, device, alloc, device_allocated, device_free) -> None:
+        try:
+            message = (
+                f"CUDA out of memory: tried to allocate {alloc} bytes on device {device} "
+                f"({device_allocated} allocated, {device_free} free)"
+            )
+            self._record_oom_at_context(message, "allocator")
+            self.allocator_oom_pending = True
+        except Exception as exc:  # noqa: BLE001
+            self.problem("CUDA OOM observer", exc)
+
+    def record_oom(self, exc: BaseException, source: str) -> None:
+        """Record an OOM exception once (it passes through several hooks on its way out)."""
+        if id(exc) in self.seen_exceptions:
+            return
+        self.seen_exceptions = (self.seen_exceptions + [id(exc)])[-16:]
+        if self.allocator_oom_pending:  # the allocator's observer told us already, at the same place
+            self.allocator_oom_pending = False
+            return
+        self._record_oom_at_context(_one_line(exc), source)
+
+    def note_oom(self, message: str) -> None:
+        """An OOM a caller caught where no hook saw it (an op between modules on CPU): record it at
+        the probe's current place, unless one is recorded in this step already."""
+        if any(o["step"] == self.step_index for o in self.ooms):
+            return
+        self._record_oom_at_context(message[:300], "caller")
+
+    def _record_oom_at_context(self, message: str, source: str) -> None:
+        # Innermost first: a module running (an optimizer's closure runs the model inside its step),
+        # a backward, an optimizer step, else the module that ran last (an op between modules).
+        module, inside = None, False
+        if self.module_stack:
+            module, inside = self.module_stack[-1], True
+        elif self.backward_depth > 0 and self.backward_module is not None:
+            module, inside = self.backward_module(), True
+        if module is None and self.depth > 0 and self.current_optimizer is not None:
+            where, path, inside = "optimizer", f"optimizer:{type(self.current_optimizer).__name__}", True
+        else:
+            module = module if module is not None else self.last_module
+            where = "backward" if self.backward_depth > 0 else ("optimizer" if self.depth > 0 else "forward")
+            path = self.module_path(module) if module is not None else ""
+        record = {
+            "kind": "oom",
+            "step": self.step_index,
+            "module": path,
+            "where": where,
+            "inside": inside,
+            "message": message,
+            "source": source,
+        }
+        self.ooms.append(record)
+        self._write(record)
+
+    def _finish(self, why: str) -> None:
+        if self.group:
+            self._close_step()
+        self._write({"kind": "exit", "steps": self.step_index, "why": why})
+
+    def _at_exit(self) -> None:
+        try:
+            if self.writer is not None:
+                self._finish("exit")
+                self.writer.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _backward_reached(probe: Probe, ref, grad):
+    probe.backward_module = ref
+    return None
+
+
+def _module_path(module) -> str:
+    """`encoder.lstm`: the module's attribute path from the outermost module holding it.
+
+    Looked up only when an OOM needs it (a walk over the live modules), so steps pay nothing
+    for names. A module no other module holds is named by its class."""
+    try:
+        import torch.nn as nn
+
+        parent: dict[int, tuple[object, str]] = {}
+        module_type = nn.Module
+        for obj in gc.get_objects():
+            # type(), not isinstance: a lazy or deprecated object's __class__ may warn or run code.
+            if issubclass(type(obj), module_type):
+                for name, child in obj._modules.items():
+                    if child is not None and id(child) not in parent:
+                        parent[id(child)] = (obj, name)
+        names, current, seen = [], module, set()
+        while id(current) in parent and id(current) not in seen:
+            seen.add(id(current))
+            current, name = parent[id(current)]
+            names.append(name)
+        return ".".join(reversed(names)) if names else type(module).__name__
+    except Exception:  # noqa: BLE001 - memory may be short right now: the class is a name too
+        return type(module).__name__
+
+
+PROBE = Probe()
+
+
+def arm_quietly(record_dir: str, keep_steps: bool = False) -> None:
+    """Arm, or say in the record dir why not; never raises (boot/sitecustomize.py calls it as torch finishes importing)."""
+    try:
+        PROBE.arm(record_dir, keep_steps=keep_steps)
+    except Exception as exc:  # noqa: BLE001
+        try:
+            os.makedirs(record_dir, exist_ok=True)
+            with open(os.path.join(record_dir, f"problem-pid{os.getpid()}.jsonl"), "a") as f:
+                f.write(json.dumps({"kind": "problem", "pid": os.getpid(), "t": time.time(), "message": f"arming failed: {exc}"}) + "\n")
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,120 @@
+"""sweep's probe, started in every Python process of a trial (the way coverage.py measures subprocesses).
+
+`sweep.probe.probe_env` puts this directory first on PYTHONPATH and sets SWEEP_PROBE_DIR, so every
+interpreter a command starts (python, torchrun's ranks, deepspeed, accelerate launch, srun's tasks)
+runs this file at start-up. With SWEEP_PROBE_DIR unset it does nothing at all. With it set, it only
+arms an import hook: nothing more happens until the process imports torch (_sweep_probe.py).
+
+It never raises: a broken probe must not break the user's training. It then runs the sitecustomize
+this one shadows, if there is one further along sys.path.
+"""
+
+
+def _arm_probe() -> None:
+    import os
+    import sys
+
+    if not os.environ.get("SWEEP_PROBE_DIR"):
+        return
+    try:
+        if "torch" in sys.modules:  # imported already (this file was run late): arm now
+            _arm_now()
+        elif not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
+            sys.meta_path.insert(0, _TorchImportHook())
+    except Exception as exc:  # noqa: BLE001 - record, never break the user's process
+        _note_failure(f"the probe could not arm: {type(exc).__name__}: {exc}")
+
+
+def _arm_now() -> None:
+    import os
+
+    try:
+        import _sweep_probe
+
+        _sweep_probe.arm_quietly(os.environ["SWEEP_PROBE_DIR"])
+    except Exception as exc:  # noqa: BLE001
+        _note_failure(f"the probe could not arm: {type(exc).__name__}: {exc}")
+
+
+class _TorchImportHook:
+    """A sys.meta_path finder that arms the probe right after `torch` finishes importing; nothing else
+    is imported or run before that (a process that never imports torch only carries this object)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        import sys
+
+        for finder in [f for f in sys.meta_path if f is not self]:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        hook = self
+
+        class _ArmingLoader:
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                module.__spec__.loader = module.__loader__ = loader  # torch sees its own loader
+                loader.exec_module(module)
+                if hook in sys.meta_path:
+                    sys.meta_path.remove(hook)
+                _arm_now()
+
+            def __getattr__(self, attr):
+                return getattr(loader, attr)
+
+        spec.loader = _ArmingLoader()
+        return spec
+
+
+def _note_failure(message: str) -> None:
+    """Say why in the record dir, the one place sweep reads; never on the user's terminal."""
+    try:
+        import json
+        import os
+        import time
+
+        path = os.path.join(os.environ["SWEEP_PROBE_DIR"], f"problem-pid{os.getpid()}.jsonl")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a") as f:
+            f.write(json.dumps({"kind": "problem", "pid": os.getpid(), "t": time.time(), "message": message}) + "\n")
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _run_shadowed_sitecustomize() -> None:
+    """Exec the next `sitecustomize` on sys.path after this directory (the one we shadow)."""
+    import importlib.machinery
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    later = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    try:
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", later)
+        if spec is None or spec.loader is None or spec.origin in (None, os.path.abspath(__file__)):
+            return
+        code = spec.loader.get_code("sitecustomize")
+        if code is None:
+            return
+        # Its own globals, as if it had been imported itself; it sees __file__ as its own.
+        namespace = {"__name__": "sitecustomize", "__file__": spec.origin, "__spec__": spec, "__builtins__": __builtins__}
+        exec(code, namespace)
+    except Exception as exc:  # noqa: BLE001 - the shadowed file's own failure, reported like site.py does
+        if os.environ.get("SWEEP_PROBE_DIR"):
+            _note_failure(f"the shadowed sitecustomize failed: {type(exc).__name__}: {exc}")
+        print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+try:
+    _arm_probe()
+finally:
+    _run_shadowed_sitecustomize()
