@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from sweep.core.growth import at_risk
 from sweep.core.implications import no_faster_than
 from sweep.core.measure import MIN_INTERVAL_STEPS, cannot_win, race_reason
 from sweep.core.ranking import ranked_ok
@@ -83,7 +84,7 @@ def _has_interval(r: TrialResult) -> bool:
 
 def outranking(cand: Candidate, results: Mapping[str, TrialResult]) -> list[TrialResult]:
     """The finished roomy ok pairs that outrank `cand` by the throughput ordering, fastest first."""
-    return [r for r in ranked_ok(results) if not r.tight and r.key != cand.key and no_faster_than(cand, r)]
+    return [r for r in ranked_ok(results) if not at_risk(r) and r.key != cand.key and no_faster_than(cand, r)]
 
 
 def cancel_reason(cand: Candidate, results: Mapping[str, TrialResult]) -> str | None:
@@ -119,7 +120,7 @@ def decision_stop(
     if n < FIT_KNOWN_STEPS:
         return None
     mid, mine = _interval(times, global_batch_size)
-    roomy = [r for r in ranked_ok(results) if not r.tight and r.key != key]
+    roomy = [r for r in ranked_ok(results) if not at_risk(r) and r.key != key]
     # 1. the throughput ordering, where the pair's own steps agree with it
     for r in outranking(me.cand, results):
         if mid < float(r.throughput or 0.0):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sweep.core.growth import at_risk
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, TrialResult
 
@@ -41,13 +42,13 @@ def confirm_candidates(screening: Mapping[str, TrialResult], confirmed: Mapping[
     """
     done = dict(confirmed or {})
     ranked = [r for r in ranked_ok(screening) if r.throughput_high]
-    roomy = [r for r in ranked if not r.tight]
+    roomy = [r for r in ranked if not at_risk(r)]
     if not roomy:
         return [r for r in ranked if r.key not in done][:1]
     lead = roomy[0]
     floor = float(lead.throughput_low or lead.throughput or 0.0)
     noise = [r for r in roomy if r is lead or float(r.throughput_high or 0.0) >= floor]
     left = [r for r in noise if r.key not in done]
-    if left or any(r.status == OK and not r.tight for r in done.values()):
+    if left or any(r.status == OK and not at_risk(r) for r in done.values()):
         return left
     return [r for r in roomy if r.key not in done][:1]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.core.decision import FIT_KNOWN_STEPS, Running, ahead_after_steps, decision_stops
+from sweep.core.growth import at_risk
 from sweep.core.measure import STOP_FILE, cannot_win, progress_step_times, race_reason
 from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
 from sweep.core.ranking import ranked_ok
@@ -45,7 +46,7 @@ def leader(results: Mapping[str, TrialResult]) -> TrialResult | None:
     A tight pair never leads: it is not what the sweep recommends while a roomy pair may still
     turn up, so a trial that cannot beat it may yet be the answer."""
     for r in ranked_ok(results):
-        if r.throughput_low and r.throughput_high and r.step_times_s and not r.tight:
+        if r.throughput_low and r.throughput_high and r.step_times_s and not at_risk(r):
             return r
     return None
 

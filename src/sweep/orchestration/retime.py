@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from sweep.core.confidence import leader_probability
 from sweep.core.drift import Drift, Retimed, drift
+from sweep.core.growth import at_risk
 from sweep.core.ranking import ranked_ok
 from sweep.core.run_to_run import Repeat
 from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, check_record_place, read_trial_record
@@ -39,7 +40,7 @@ def pairs_to_retime(results: dict[str, TrialResult]) -> list[TrialResult]:
     """The leader and the runner-up among the pairs the sweep may recommend (not tight, unless all are);
     none when a single pair ran ok or when even a busy host's noise (BUSY_HOST_NOISE) could not change the leader."""
     ranked = [r for r in ranked_ok(results) if r.step_times_s or r.throughput_low]
-    roomy = [r for r in ranked if not r.tight] or ranked
+    roomy = [r for r in ranked if not at_risk(r)] or ranked
     if len(roomy) < 2:
         return []
     contest = {r.key: r for r in roomy[:PAIRS]}

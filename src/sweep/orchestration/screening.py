@@ -45,6 +45,8 @@ def screening_plan(plan: SweepPlan) -> SweepPlan:
     return replace(
         plan, meta=meta, sweep_dir=sweep_dir, machine=machine, trial=trial, launcher=launcher, max_in_flight=n,
         time_limit_s=float(trial.time_limit_s), fingerprint_values=values, fingerprint=fingerprint(values), screen=False,
+        # Screening only ranks candidates for the full trials, which the drift check then re-times.
+        drift_check=False,
         cancel_outranked=plan.search != "grid",
         started_at=str(stored.get("started_at") or plan.started_at),
     )
