@@ -173,11 +173,12 @@ def free_port() -> int:
 
 
 def command_env(spec: TrialSpec, own: Mapping[str, str]) -> dict[str, str]:
-    """The command's environment: this job's, machine.cpu_threads as the thread-pool sizes, then workload.env."""
+    """The command's environment: this job's, machine.cpu_threads as the thread-pool sizes, its trial dir, then workload.env."""
     env = dict(os.environ)
     threads = spec.machine.cpu_threads
     if threads:
         env.update({name: str(int(threads)) for name in THREAD_VARIABLES})
+    env["SWEEP_TRIAL_DIR"] = str(Path(spec.trial_dir).resolve())  # where a command may leave files of its own
     env.update(own)
     return env
 
