@@ -60,13 +60,15 @@ def test_every_machine_profile_has_a_golden_script() -> None:
     assert profiles <= set(CASES), f"add {sorted(profiles - set(CASES))} to CASES in tests/sbatch_golden.py"
 
 
-def test_sbatch_script_runs_one_task_per_device() -> None:
+def test_sbatch_script_runs_one_task_per_device_or_one_launcher_per_node() -> None:
     for name, overrides in CASES.items():
         plan = compose_plan(overrides)
         text = sbatch_text(overrides)
         nodes, per_node = plan.machine.nodes, plan.meta.num_devices // plan.machine.nodes
+        # The built-in workload: a task per device. A command: its own launcher (torchrun) per node starts the ranks.
+        tasks = 1 if plan.meta.workload == "command" else per_node
         assert f"#SBATCH --nodes={nodes}\n" in text, name
-        assert f"#SBATCH --ntasks-per-node={per_node}\n" in text, name
+        assert f"#SBATCH --ntasks-per-node={tasks}\n" in text, name
         if plan.machine.device == "cuda":
             assert f"#SBATCH --gpus-per-node={per_node}\n" in text, name
 
