@@ -13,6 +13,9 @@ import inspect
 import json
 import math
 import os
+import shlex
+import shutil
+import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -150,6 +153,11 @@ def make_executor(launcher: dict[str, Any], time_limit_s: float, folder: str | N
     cls, init, shared, own = executor_settings(launcher, time_limit_s)
     if folder is not None:
         init["folder"] = folder
+    if cls is SweepLocalExecutor and "python" not in init and shutil.which("setsid"):
+        # The executor's documented `python` command: each job's task starts in a session of its own
+        # (util-linux setsid), out of the terminal's reach from its first instruction, and on a host
+        # with scheduler autogroups, with its own CPU share rather than one shared by every trial.
+        init["python"] = f"setsid {shlex.quote(sys.executable)}"
     executor = cls(**init)
     # Generic names (timeout_min, mem_gb, name) become the cluster's own (time, mem, job_name)
     # through the executor's conversion, which submitit runs before update_parameters.
