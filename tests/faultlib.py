@@ -305,7 +305,7 @@ FAULTS = {
     2: ("hang", "timeout", "", "time_limit_s=6"),
     4: ("crash", "failed", "", "ValueError: bad shard"),
     8: ("segv", "failed", "", "SIGSEGV"),
-    16: ("sigkill", "failed", "", "SIGKILL"),  # issue 30: a kill with no memory evidence is no OOM
+    16: ("sigkill", "failed", "", "SIGKILL"),  # failed, "... with no sign of running out of memory": a kill is an OOM only on evidence (issue 30)
     32: ("silent", "failed", "", "printed no throughput"),
     64: ("truncated", "failed", "", "not valid JSON"),
     128: ("garbage", "failed", "", "not UTF-8"),
@@ -428,7 +428,7 @@ def full_disk(root: Path) -> dict:
     """The disk fills while a trial runs: one clear line, nothing torn; after space is freed,
     a resume finishes the sweep without rerunning what had finished."""
     with small_filesystem(root / "disk", "8m") as disk:
-        sweep_dir, ledger = disk / "s", root / "disk.ledger"
+        sweep_dir, ledger = disk / "full disk", root / "disk.ledger"  # a space: the resume hint must quote it
         args = command_args("", (1, 2, 4), (1,), "max_in_flight=1")
         proc = start(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="1.5"), root)
         deadline = time.monotonic() + 60

@@ -24,6 +24,11 @@ BROKEN_FILES = {
     "tab_indent.yaml": "# @package _global_\ntrial:\n\ttime_limit_s: 5\n",
     "wrong_type.yaml": "# @package _global_\ntrial:\n  time_limit_s: soon\n",
     "unknown_key.yaml": "# @package _global_\ntrial:\n  timelimit: 5\n",
+    # issue 30: a newline in a launcher string was written into the sbatch script as a shell line
+    "launcher_newline.yaml": '# @package _global_\nhydra:\n  launcher:\n    partition: "gpu\\ntouch /tmp/x #"\n',
+    "launcher_key_newline.yaml": (
+        '# @package _global_\nhydra:\n  launcher:\n    additional_parameters:\n      "mail\\nrm": x\n'
+    ),
     "bad_regex.yaml": (
         "# @package _global_\ndefaults:\n  - override /workload: command\n"
         'workload:\n  argv: [python, "--b={accum}"]\n  parser:\n    type: regex\n    pattern: "("\n'
@@ -156,6 +161,15 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("parser_regex_backtracks", cmd("workload.parser.type=regex", "+workload.parser.pattern='(?P<throughput>(\\d+\\s?)+)x'"),
      ["parser.pattern", "catastrophic backtracking", "nested repeats"]),
     ("empty_sweep_dir", cmd("hydra.sweep.dir="), ["hydra.sweep.dir is empty", "hydra.sweep.dir=outputs/my_sweep"]),
+    # -- issue 30: figures no trial could use, and launcher strings that would write shell lines
+    ("time_limit_inf", cmd("trial.time_limit_s=inf"), ["trial.time_limit_s=inf", "finite positive number of seconds"]),
+    ("time_limit_nan", cmd("trial.time_limit_s=nan"), ["trial.time_limit_s=nan", "finite positive number of seconds"]),
+    ("parser_tokens_per_sample_inf", cmd("workload.parser.type=nanogpt", "+workload.parser.tokens_per_sample=inf"),
+     ["parser.tokens_per_sample=inf", "positive number (tokens in one sample), not inf or nan"]),
+    ("launcher_newline", [*cmd("hydra/launcher=submitit_slurm"), *broken("launcher_newline")],
+     ["hydra.launcher.partition='gpu\\ntouch /tmp/x #'", "control character '\\n'", "without newlines"]),
+    ("launcher_key_newline", [*cmd("hydra/launcher=submitit_slurm"), *broken("launcher_key_newline")],
+     ["hydra.launcher.additional_parameters key='mail\\nrm'", "control character"]),
     # -- resume
     ("resume_not_a_sweep", ["resume=/nonexistent/sweep"], ["resume=/nonexistent/sweep", "not a sweep dir", "outputs/latest"]),
 ]

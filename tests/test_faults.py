@@ -10,6 +10,7 @@ Helpers and scenarios: tests/faultlib.py (bench/bench_reliability.py prints the 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import faultlib as F
@@ -90,7 +91,8 @@ def test_a_full_disk_gives_one_clear_line_and_corrupts_nothing(tmp_path):
     assert failed.returncode == 2, failed.stdout + failed.stderr
     assert failed.stderr.count("\n") == 1 and "Traceback" not in failed.stderr, failed.stderr
     assert f"cannot write the sweep dir {r['sweep_dir']}: No space left on device" in failed.stderr
-    assert f"resume with: python -m sweep resume={r['sweep_dir']}" in failed.stderr
+    hint = shlex.quote(f"resume={r['sweep_dir']}")  # the dir has a space: the pasted command must keep it whole
+    assert f"resume with: python -m sweep {hint}" in failed.stderr
     # What was there stayed whole (check_whole parsed trials.csv and every result.json).
     assert r["whole"]["accum1_split1"][0] == "ok"
     # With space again, a resume finishes the sweep; the finished trial is reused, not rerun.

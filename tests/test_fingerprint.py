@@ -291,9 +291,18 @@ def _place(root: Path, dir_name: str, res: TrialResult, **raw) -> Path:
         ("accum1_split1", _result(1), {"tight": "no"}, "tight='no' is not true or false"),
         ("accum1_split1", _result(1), {"error": None}, "error=None is not a string"),
         ("accum1_split1", _result(1), {"oom_phase": "disk"}, "oom_phase='disk' is not one of"),
+        # issue 30: numbers no measurement gives are refused like wrong types (JSON's Infinity and NaN parse)
+        ("accum1_split1", _result(1), {"throughput": float("inf")}, "throughput=inf is not a finite number"),
+        ("accum1_split1", _result(1), {"throughput": -5.0}, "throughput=-5.0 is not above zero"),
+        ("accum1_split1", _result(1), {"throughput": 0}, "throughput=0 is not above zero"),
+        ("accum1_split1", _result(1), {"throughput_low": float("nan")}, "throughput_low=nan is not a finite number"),
+        ("accum1_split1", _result(1), {"peak_mem_gib": -1.0}, "peak_mem_gib=-1.0 is negative"),
+        ("accum1_split1", _result(1), {"step_times_s": [0.1, -0.2]}, "step_times_s holds -0.2, not a positive finite time"),
+        ("accum1_split1", _result(1), {"split": 0}, "split=0 is not above zero"),
     ],
     ids=["misplaced_pair", "foreign_fingerprint", "no_fingerprint", "throughput_text", "accum_text", "accum_bool",
-         "step_time_null", "tight_text", "error_null", "oom_phase_unknown"],
+         "step_time_null", "tight_text", "error_null", "oom_phase_unknown", "throughput_inf", "throughput_negative",
+         "throughput_zero", "interval_nan", "peak_negative", "step_time_negative", "split_zero"],
 )
 def test_a_result_not_of_its_place_or_wrongly_typed_is_ignored_with_its_file_named(tmp_path, dir_name, res, raw, why):
     path = _place(tmp_path, dir_name, res, **raw)
@@ -334,6 +343,43 @@ def test_a_wrong_typed_result_does_not_block_a_resume(finished, tmp_path):
     assert f"ignoring {broken}: throughput='fast' is not a number" in proc.stdout
     assert "reusing 1 finished trial(s)" in proc.stdout
     assert read_result(broken).throughput == 550.0  # measured again
+
+
+@pytest.mark.parametrize("bad", [float("inf"), -550.0], ids=["infinity", "negative"])
+def test_a_result_with_an_impossible_figure_does_not_block_a_resume(finished, tmp_path, bad):
+    """Infinity gave 'infx the baseline, 99/100'; a negative figure crashed every resume (issue 30)."""
+    cwd, d = finished
+    shutil.copytree(d, tmp_path / "D")
+    broken = tmp_path / "D" / "trials" / "accum2_split1" / "result.json"
+    data = json.loads(broken.read_text())
+    data["throughput"] = bad
+    broken.write_text(json.dumps(data))
+    proc = sweep(tmp_path, "resume=D")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"ignoring {broken}: throughput={bad!r}" in proc.stdout
+    assert "inf" not in proc.stdout.split(f"ignoring {broken}")[1].split("\n", 1)[1]
+    assert read_result(broken).throughput == 550.0  # measured again
+
+
+@pytest.mark.parametrize("figure", [0.0, float("inf"), float("nan"), -3.0])
+def test_an_ok_record_without_a_real_figure_is_written_as_failed(tmp_path, figure):
+    """A zero-throughput trial was 'ok 0.0'. Every writer goes through write_result/write_ended."""
+    res = _result(1, throughput=figure, throughput_low=figure, throughput_high=figure, peak_mem_gib=float("inf"))
+    path = write_result(res, tmp_path / "trials" / "accum1_split1")
+    assert res.status == "failed" and "is no measurement" in res.error
+    back = read_result(path)
+    assert back.status == "failed" and back.throughput is None and back.peak_mem_gib is None
+    assert "Infinity" not in path.read_text() and "NaN" not in path.read_text()
+
+
+def test_a_fifo_named_result_json_is_not_waited_on(tmp_path):
+    """Reading it blocked a resume forever; it is a record that cannot be read, named."""
+    tdir = tmp_path / "trials" / "accum1_split1"
+    tdir.mkdir(parents=True)
+    os.mkfifo(tdir / "result.json")
+    errors: dict[str, str] = {}
+    assert collect_results(tmp_path, errors=errors) == {}
+    assert "result.json: not a regular file" in errors["accum1_split1"]
 
 
 def test_two_hosts_sweeps_of_the_same_dir_name_compare_as_two(finished, tmp_path):

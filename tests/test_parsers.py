@@ -450,3 +450,105 @@ def test_select_counts_epochs_as_they_appear() -> None:
     sel = select_measurement(steps_only)
     assert sel is not None and sel.measurement.step == 12 and "last step" in sel.note
     assert select_measurement(resumed, skip_first_epochs=0).measurement.epoch == 5  # type: ignore[union-attr]
+
+
+# --- issue 30: logs whose figures were dropped or misread. Lines written from each framework's own format
+# string (or rendered by tqdm itself), not from a summary of them.
+from sweep.parsers import parser_settings  # noqa: E402
+from sweep.parsers.throughput import IGNORED, MEASURED  # noqa: E402
+
+
+def _lightning_postfix(value: float) -> str:
+    """Lightning's Tqdm.format_num: tqdm's 3 significant digits, padded to 5 characters (_PAD_SIZE)."""
+    text = f"{value:.3g}"
+    return text + "0" * max(0, 5 - len(text))
+
+
+def test_nemo_asr_bars_with_step_timing_and_no_step_number_keep_every_figure() -> None:
+    """NeMo ASR on plain Lightning: TimingCallback's `train_step_timing in s` in TQDMProgressBar's postfix,
+    no global_step. 36 of 37 figures were dropped and one kept as an "epoch average"."""
+    tqdm = pytest.importorskip("tqdm")
+    times = [0.9 + (i % 5) / 100 for i in range(37)]
+    lines = [
+        tqdm.tqdm.format_meter(i + 1, 300, sum(times[: i + 1]), prefix="Epoch 0",
+                               postfix=f"v_num=0, train_step_timing in s={_lightning_postfix(t)}")
+        for i, t in enumerate(times)
+    ]
+    found = parse_all({"type": "lightning"}, ("\r".join(lines) + "\n").encode())
+    assert [m.step for m in found] == list(range(1, 38)) and {m.unit for m in found} == {"s/batch"}
+    s = parser_settings({"type": "lightning"}).summarize(found, global_batch_size=64, accum=2)
+    assert s.measured == 37 - 3 and s.warmup == 3 and "per-step" in s.note
+    # s per micro-batch: 64 / 2 samples in each
+    assert s.value == pytest.approx(32 / sorted(times[3:])[len(times[3:]) // 2], rel=1e-3)
+
+
+def test_tqdm_bars_without_a_width_are_read() -> None:
+    """ncols=0 (dynamic_ncols where the terminal reports no width): tqdm prints no bar, just the stats."""
+    tqdm = pytest.importorskip("tqdm")
+    line = tqdm.tqdm.format_meter(60, 1230545, 13.1, ncols=0, rate=4.58)
+    assert "|" not in line and "60/1230545" in line
+    (m,) = parse_all({"type": "hf"}, (line + "\n").encode())
+    assert (m.value, m.unit, m.step) == (4.58, "steps/s", 60)
+    nemo = tqdm.tqdm.format_meter(12, 300, 13.1, ncols=0, prefix="Epoch 1", postfix="v_num=0, train_step_timing in s=1.090")
+    (n,) = parse_all({"type": "lightning"}, (nemo + "\n").encode())
+    assert (n.value, n.unit, n.step, n.epoch) == (1.09, "s/batch", 12, 1)
+
+
+def test_hf_eval_on_start_bar_is_not_read_as_training(tmp_path: Path) -> None:
+    """eval_on_start: ProgressCallback opens the training bar (total=max_steps), then the evaluation bar
+    (total=len(eval_dataloader), leave=False) runs first, below it. With the same total it was read as training."""
+    import time
+
+    tqdm = pytest.importorskip("tqdm")
+    log = tmp_path / "hf.log"
+    with log.open("w") as f:
+        args = dict(file=f, dynamic_ncols=True, mininterval=0)  # mininterval=0: every update drawn, so the test is short
+        training_bar = tqdm.tqdm(total=20, **args)
+        prediction_bar = tqdm.tqdm(total=20, leave=training_bar is None, **args)
+        for _ in range(20):
+            time.sleep(0.001)
+            prediction_bar.update(1)
+        prediction_bar.close()
+        training_bar.write(str({"eval_loss": 2.3, "eval_runtime": 0.03, "eval_samples_per_second": 666.6}))
+        for _ in range(20):
+            time.sleep(0.02)
+            training_bar.update(1)
+        training_bar.close()
+    found = parse_all({"type": "hf"}, log.read_bytes())
+    steps = [m for m in found if m.unit in ("steps/s", "s/step")]
+    assert steps and all(m.value < 60 for m in steps), [m.value for m in found]  # eval ran at ~1000 it/s
+    assert sorted({m.step for m in steps}) == list(range(1, 21))
+
+
+def test_deepspeed_pipeline_engine_line() -> None:
+    """deepspeed/runtime/pipe/engine.py train_batch: print(f'steps: {self.global_steps} ' f'loss: ...:0.4f} '
+    f'iter time (s): {iter_time:0.3f} ' f'samples/sec: {tput:0.3f}')"""
+    global_steps, loss, iter_time, tput = 10, 2.3456, 0.468, 273.344
+    line = f"steps: {global_steps} loss: {loss:0.4f} iter time (s): {iter_time:0.3f} samples/sec: {tput:0.3f}"
+    (m,) = parse_all({"type": "deepspeed"}, (line + "\n").encode())
+    assert (m.value, m.unit, m.step, m.step_time_s) == (273.344, "samples/s", 10, 0.468)
+    # torchrun's rank prefix, as the engine prints on global rank 0 only
+    (p,) = parse_all({"type": "deepspeed"}, f"[rank0]: {line}\n".encode())
+    assert (p.value, p.rank) == (273.344, 0)
+
+
+def _caiman_step(epoch: int, it: int, step: int, tput: float) -> str:
+    return (f"DLL 2024-01-02 10:11:05.000001 - epoch {epoch:4d} | iter {it:4d}/2 | step {step:4d} | train_loss :  95.3125 "
+            f"| train_throughput-audio-samples-per-sec :  {tput:.2f} | train_took :  0.7357")
+
+
+def test_caiman_asr_with_two_step_lines_uses_them_not_the_epoch_average() -> None:
+    """caiman-asr's epoch average includes validation; with 1-2 per-step lines it was used anyway,
+    and the note beside it said the per-step figures were."""
+    log = "\n".join([
+        _caiman_step(1, 1, 1, 900.0), _caiman_step(1, 2, 2, 1000.0),
+        "DLL 2024-01-02 10:11:12.123456 - epoch    1 | train_avg_throughput-audio-samples-per-sec :  700.00 | train_avg_took :  12.34",
+        _caiman_step(2, 1, 3, 1400.0), _caiman_step(2, 2, 4, 1420.0),
+        "DLL 2024-01-02 10:11:30.123456 - epoch    2 | train_avg_throughput-audio-samples-per-sec :  1100.00 | train_avg_took :  12.34",
+    ]) + "\n"
+    found = parse_all(MYRTLE, log.encode())
+    s = parser_settings(MYRTLE).summarize(found, global_batch_size=64)
+    assert s.value == pytest.approx(1410.0) and s.measured == 2 and s.note.startswith("median of 2 per-step figures")
+    average = next(f for f in s.figures if f.measurement.step is None and f.measurement.epoch == 2)
+    assert (average.role, average.note) == (IGNORED, "per-step figures are used")
+    assert [f.measurement.value for f in s.figures if f.role == MEASURED] == [1400.0, 1420.0]

@@ -185,3 +185,23 @@ def test_entry_point_without_traceback(tmp_path: Path) -> None:
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().endswith("e.g. outputs/latest") and "nope" in proc.stderr
+
+
+def test_report_on_a_sweep_with_a_zero_throughput_row(outputs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before issue 30 a trial could be 'ok' at 0 samples/s, left unranked in trials.csv; the heatmap
+    then crashed with 'boolean value of NA is ambiguous'. Such sweeps still exist on disk."""
+    import csv
+
+    sweep = make_sweep(outputs, "zero")
+    table = sweep / "trials.csv"
+    rows = list(csv.DictReader(table.open()))
+    zero = next(r for r in rows if r["status"] == "ok" and r["rank"] not in ("", "1"))
+    zero.update(rank="", throughput_samples_per_s="0", throughput_low_samples_per_s="0",
+                throughput_high_samples_per_s="0", speedup="")
+    with table.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    rc, out, err = run_main(capsys, sweep)
+    assert rc == 0 and err == "", err
+    assert "wrote" in out and (sweep / "heatmap.png").exists()

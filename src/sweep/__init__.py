@@ -8,9 +8,24 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
+
+if sys.argv[:1] == ["-m"]:
+    # `python -m sweep...` while runpy still locates __main__ (argv[0] is "-m" only then): a Ctrl-C
+    # here would be a traceback from runpy. One line instead; sweep.cli.main puts Python's own
+    # handler back as it starts, and nothing has been written yet.
+    import os
+    import signal
+
+    def _interrupted_while_starting(signum: int, frame: Any) -> None:
+        os.write(2, b"sweep: interrupted\n")
+        os._exit(130)
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored SIGINT stays ignored
+        signal.signal(signal.SIGINT, _interrupted_while_starting)
 __all__ = ["load", "compare", "run_to_run", "__version__"]
 
 

@@ -106,7 +106,7 @@ def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None) -> Figure:
             text = f"{value:,.0f}"
             if pd.notna(row["speedup"]):
                 text += f"\n{row['speedup']:.2f}x"
-            if row["rank"] == 1:
+            if pd.notna(row["rank"]) and row["rank"] == 1:  # an unranked ok row (a throughput of 0) has NA
                 text = "#1  " + text
                 ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=3))
             # Dark text on the bright (fast) end of viridis, light text on the dark end.

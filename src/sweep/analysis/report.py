@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -92,7 +93,7 @@ def read_recommendation(directory: Path) -> dict[str, Any] | None:
         rec = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         first = str(e).splitlines()[0]
-        raise ReportError(f"{path}: not readable YAML ({first}); rerun `python -m sweep resume={directory}`") from None
+        raise ReportError(f"{path}: not readable YAML ({first}); rerun `python -m sweep {shlex.quote(f'resume={directory}')}`") from None
     if rec is not None and not isinstance(rec, dict):
         raise ReportError(f"{path}: expected a mapping of recommendation keys, found {type(rec).__name__}")
     return rec

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,23 +46,48 @@ def expand_resume(argv: list[str]) -> list[str]:
     Finished trials there are reused and trials still running are re-attached (the
     orchestrator does that for any existing sweep dir); arguments given now are added last.
     """
-    import json
 
-    from sweep.errors import SweepError
 
     given = [a for a in argv if a.startswith("resume=")]
     if not given:
         return argv
     sweep_dir = Path(given[-1].split("=", 1)[1]).expanduser()
-    try:
-        stored = json.loads((sweep_dir / "sweep.json").read_text())["argv"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise SweepError(f"resume={sweep_dir} is not a sweep dir (no readable sweep.json inside): give a dir an earlier sweep printed, e.g. outputs/latest") from None
+    stored = _stored_argv(sweep_dir)
     rest = [a for a in argv if not a.startswith("resume=")]
     # A key given now replaces the stored one (accum=1,2 now: not accum=1,2,4 and accum=1,2).
     given_keys = {_override_key(a) for a in rest}
     keep = [a for a in stored if not a.startswith(("hydra.sweep.dir=", "resume=")) and _override_key(a) not in given_keys]
     return keep + rest + [f"hydra.sweep.dir={hydra_quoted(str(sweep_dir.resolve()))}"]
+
+
+def _stored_argv(sweep_dir: Path) -> list[str]:
+    """The command line sweep.json recorded; a SweepError saying what is wrong, and how to go on."""
+    import json
+
+    from sweep.core.schema import read_regular_text
+    from sweep.errors import SweepError
+
+    meta = sweep_dir / "sweep.json"
+    trials = sweep_dir / "trials"
+    if not trials.is_dir() and not meta.exists():
+        raise SweepError(f"resume={sweep_dir} is not a sweep dir (no sweep.json inside): give a dir an earlier sweep printed, e.g. outputs/latest")
+    why = "missing"
+    if meta.exists():
+        try:
+            argv = json.loads(read_regular_text(meta))["argv"]
+            if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+                return argv
+            why = "damaged (its argv is not a list of strings)"
+        except OSError as e:
+            why = f"unreadable ({e.strerror})"
+        except (ValueError, KeyError, TypeError) as e:
+            why = f"damaged ({type(e).__name__})" if not isinstance(e, ValueError) else "damaged (not valid JSON)"
+    kept = sum(1 for d in trials.glob("*") if (d / "result.json").is_file()) if trials.is_dir() else 0
+    raise SweepError(
+        f"resume={sweep_dir}: its sweep.json is {why}, so the command to rerun is lost; the {kept} trial result(s) "
+        f"under {trials} are intact: run the sweep's original command again with "
+        f"{shlex.quote(f'hydra.sweep.dir={sweep_dir}')} and those measured with the same settings are reused"
+    )
 
 
 def _override_key(override: str) -> str:
@@ -106,6 +132,10 @@ def help_text() -> str:
 
 
 def main() -> int:
+    import signal
+
+    if getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_interrupted_while_starting" and threading_main():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # sweep/__init__.py's, for runpy's moments
     if any(a in ("--help", "-h") for a in sys.argv[1:]):
         print(help_text())
         return 0
@@ -116,6 +146,10 @@ def main() -> int:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         return _main(debug)
+    except KeyboardInterrupt:
+        # Ctrl-C while Hydra and the orchestrator are still being imported: no traceback either.
+        print("sweep: interrupted", file=sys.stderr)
+        return 130
     finally:
         if previous_full_error is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
@@ -154,6 +188,12 @@ def _main(debug: bool) -> int:
         print(f"sweep: error: {one_line_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
     return orchestrator.exit_code
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def user_fixable(exc: BaseException) -> bool:

@@ -13,8 +13,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import errno
 import json
+import math
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,7 +150,7 @@ class TrialResult:
         missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]  # noqa: E501
         if missing:
             raise ResultError(f"{source}: missing field(s) {', '.join(missing)}")
-        wrong = _wrong_types(data)
+        wrong = _wrong_types(data) or _bad_figures(data)
         if wrong:
             raise ResultError(f"{source}: {wrong}; the file is not a trial's record")
         result = cls(**{k: v for k, v in data.items() if k in names})
@@ -203,6 +206,65 @@ def _wrong_types(data: dict[str, Any]) -> str:
     return ""
 
 
+# Figures that only mean something above zero (a throughput of 0 is no measurement; a
+# negative one crashed the confidence score), and those that may be 0 but never below.
+# Every number must be finite: JSON's Infinity and NaN parse, and "infx the baseline" followed.
+_POSITIVE = ("throughput", "throughput_low", "throughput_high", "capacity_gib",
+             "accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
+_NOT_NEGATIVE = ("peak_mem_gib", "peak_reserved_gib", "wall_s", "warmup_steps", "steps_measured")
+
+
+def _bad_figure(name: str, value: Any) -> str:
+    """'name=value is not ...' for a number out of its field's range, else ''."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ""
+    if not math.isfinite(value):
+        return f"{name}={value!r} is not a finite number"
+    if name in _POSITIVE and value <= 0:
+        return f"{name}={value!r} is not above zero"
+    if name in _NOT_NEGATIVE and value < 0:
+        return f"{name}={value!r} is negative"
+    return ""
+
+
+def _bad_figures(data: dict[str, Any]) -> str:
+    """The first number in a record (of the right type) that no measurement can give, else ''."""
+    for name, (kind, _) in _FIELD_KINDS.items():
+        if kind in (_NUM, _INT) and name in data:
+            bad = _bad_figure(name, data[name])
+            if bad:
+                return bad
+    for t in data.get("step_times_s", []):
+        if not (math.isfinite(t) and t > 0):
+            return f"step_times_s holds {t!r}, not a positive finite time"
+    return ""
+
+
+def check_figures(result: TrialResult) -> TrialResult:
+    """Make a record fit to write, in place: no figure a reader would refuse.
+
+    An ok trial whose throughput is not a finite number above zero did not measure
+    anything: it becomes failed, saying so. Any other out-of-range figure (a peak of
+    inf, a negative wall time) is unknown, None, rather than a number that misleads.
+    Raises ResultError for a bad pair or batch (a caller's bug, not a measurement).
+    """
+    for name, (kind, nullable) in _FIELD_KINDS.items():
+        bad = "" if nullable or kind not in (_NUM, _INT) else _bad_figure(name, getattr(result, name))
+        if bad:
+            raise ResultError(f"cannot write a trial record with {bad}")
+    if result.status == Status.OK and _bad_figure("throughput", result.throughput):
+        result.status = Status.FAILED
+        result.error = (
+            f"the log's throughput figure was {result.throughput!r} {result.throughput_unit}, "
+            "which is no measurement (not a finite number above zero); see the log"
+        )
+    for name, (kind, nullable) in _FIELD_KINDS.items():
+        if kind in (_NUM, _INT) and nullable and _bad_figure(name, getattr(result, name)):
+            setattr(result, name, None)
+    result.step_times_s = [t for t in result.step_times_s if math.isfinite(t) and t > 0]
+    return result
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write text so that readers see the old file or the new one, never a torn mix."""
     path = Path(path)
@@ -232,19 +294,40 @@ def _umask() -> int:
 
 
 def write_result(result: TrialResult, trial_dir: Path) -> Path:
+    """Write the trial's record; check_figures() first, so `result` may change status in place."""
     path = Path(trial_dir) / RESULT_FILE
-    atomic_write_text(path, json.dumps(result.to_dict(), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(check_figures(result).to_dict(), indent=2, allow_nan=False) + "\n")
     return path
+
+
+class NotRegularFileError(OSError):
+    """A path that should be a file is a FIFO, a device or a socket."""
+
+
+def read_regular_text(path: Path) -> str:
+    """A regular file's text. Anything else named like it (a FIFO would block the reader
+    forever, a device would never end) raises NotRegularFileError, an OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO with no writer would block open() itself
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFileError(errno.EINVAL, "not a regular file", str(path))
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+    finally:
+        os.close(fd)
+    return data.decode("utf-8")
 
 
 def read_result(path: Path) -> TrialResult:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular_text(path))
     except json.JSONDecodeError as e:
         raise ResultError(f"{path}: not valid JSON ({e.msg}: line {e.lineno} column {e.colno}); the trial was cut off") from None
     except UnicodeDecodeError as e:
         raise ResultError(f"{path}: not valid JSON (not UTF-8 text at byte {e.start}); the trial was cut off") from None
+    except NotRegularFileError:
+        raise ResultError(f"{path}: not a regular file (a FIFO, device or socket); the file is not a trial's record") from None
     if not isinstance(data, dict):
         raise ResultError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return TrialResult.from_dict(data, source=str(path))
@@ -284,7 +367,7 @@ def read_trial_record(tdir: Path) -> TrialResult | None:
 def write_ended(result: TrialResult, tdir: Path) -> Path:
     """The orchestrator's record of a job that ended without writing its own."""
     path = Path(tdir) / ENDED_FILE
-    atomic_write_text(path, json.dumps(result.to_dict(), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(check_figures(result).to_dict(), indent=2, allow_nan=False) + "\n")
     return path
 
 
@@ -322,14 +405,21 @@ def check_record_place(res: TrialResult, tdir: Path, fingerprint: str | None = N
         raise ResultError(f"{path}: measured under other settings ({got}, this sweep's is {fingerprint})")
 
 
-def point_latest(sweep_dir: Path) -> None:
-    """<parent>/latest -> this sweep, swapped atomically so readers never see it missing."""
+def point_latest(sweep_dir: Path) -> bool:
+    """<parent>/latest -> this sweep, swapped atomically so readers never see it missing.
+
+    Only a symlink (or nothing) named latest is replaced: a user's own file or dir of that
+    name is left alone, and False returned. False too when the link cannot be made.
+    """
     link = sweep_dir.parent / "latest"
     tmp = sweep_dir.parent / f".latest.{os.getpid()}"
+    if link.exists() and not link.is_symlink():
+        return False
     try:
         if tmp.is_symlink():
             tmp.unlink()
         tmp.symlink_to(sweep_dir.name)
         os.replace(tmp, link)
     except OSError:
-        pass  # a convenience link is not worth failing a sweep over
+        return False  # a convenience link is not worth failing a sweep over
+    return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -35,7 +36,15 @@ from sweep.orchestration.plan import META_FILE, SweepPlan, make_plan, sweep_reco
 from sweep.orchestration.preflight import check_runnable_here, dry_run_text, local_cuda_devices
 from sweep.orchestration.racing import Predictions, Racing
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
-from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, remove_stale_temp_files, set_sweep_dir, sweep_dir_of
+from sweep.orchestration.sweep_dir import (
+    claim_fresh_dir,
+    dir_given,
+    first_free,
+    remove_stale_temp_files,
+    removed_if_refused,
+    set_sweep_dir,
+    sweep_dir_of,
+)
 
 TABLE_FILE = "trials.csv"
 RECOMMENDATION_FILE = "recommendation.yaml"
@@ -65,19 +74,21 @@ def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25
         sweep_dir = first_free(default_dir)
         set_sweep_dir(cfg, sweep_dir)
     plan = make_plan(cfg, arguments, sweep_dir)
-    if not plan.dry_run and not dir_given(cfg):
-        # The default dir is named by the second: a sweep started in the same second by
-        # someone else must not share (and resume) it. mkdir is the atomic claim.
-        claimed = claim_fresh_dir(default_dir)
-        if claimed != sweep_dir:
-            set_sweep_dir(cfg, claimed)
-            plan = make_plan(cfg, arguments, claimed)
     if plan.dry_run:
         print(dry_run_text(plan))
         exit_code = 0
         return exit_code
-    check_runnable_here(plan)
-    exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s).run()
+    check_runnable_here(plan)  # before any dir is made: a refusal writes nothing
+    with removed_if_refused(plan.sweep_dir if dir_given(cfg) else default_dir) as made:
+        if not dir_given(cfg):
+            # The default dir is named by the second: a sweep started in the same second by
+            # someone else must not share (and resume) it. mkdir is the atomic claim.
+            claimed = claim_fresh_dir(default_dir)
+            made.append(claimed)
+            if claimed != sweep_dir:
+                set_sweep_dir(cfg, claimed)
+                plan = make_plan(cfg, arguments, claimed)
+        exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s).run()
     return exit_code
 
 
@@ -137,7 +148,7 @@ class Orchestrator:
             raise SweepError(
                 f"cannot write the sweep dir {sweep_dir}: {e.strerror}{where}; finished results are kept and "
                 f"{len(self.in_flight)} running trial(s) were stopped: free space (or make it writable), then resume with: "
-                f"python -m sweep resume={sweep_dir}"
+                f"python -m sweep {shlex.quote(f'resume={sweep_dir}')}"
             ) from None
         finally:
             lock.release()
@@ -168,7 +179,8 @@ class Orchestrator:
             self.free_gpus = backends.gpu_groups(local_cuda_devices(), plan.meta.num_devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
         self._reattach()
         self._write_meta("running")
-        point_latest(plan.sweep_dir)
+        if not point_latest(plan.sweep_dir) and not (plan.sweep_dir.parent / "latest").is_symlink():
+            self.display.log(f"{plan.sweep_dir.parent / 'latest'} is not sweep's link to the latest sweep: left as it is")
         reused = len(self.results)
         self._stop_if_signalled()
         self.display.log(

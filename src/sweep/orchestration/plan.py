@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import sys
 import uuid
@@ -138,6 +139,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     _check_no_schema_choice(cfg)
     launcher = OmegaConf.to_container(_launcher_node(cfg), resolve=True)
     assert isinstance(launcher, dict)
+    check_launcher_text(launcher)
     workload_kind = workloads.get(cfg.workload.get("name"))
     _check_known_keys(cfg, workload_kind.schema)
     # Typed from here on: the composed nodes become their schemas' dataclasses.
@@ -354,6 +356,27 @@ def _positive(name: str, value: Any) -> int:
         raise SweepError(str(e)) from None
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_launcher_text(value: Any, key: str = "hydra.launcher") -> None:
+    """Refuse a control character in any launcher string: submitit writes them into the sbatch
+    script line by line, so "gpu\ntouch /tmp/x #" as a partition would be a shell line of its own."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_launcher_text(k, f"{key} key")  # additional_parameters' keys are written as #SBATCH --key
+            check_launcher_text(v, f"{key}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_launcher_text(v, f"{key}[{i}]")
+    elif isinstance(value, str) and _CONTROL.search(value):
+        char = _CONTROL.search(value).group()  # type: ignore[union-attr]
+        raise SweepError(
+            f"{key}={value!r} contains the control character {char!r}: launcher settings are written into the "
+            "job script, one per line; give it without newlines, tabs or other control characters"
+        )
+
+
 def _is_number(value: Any) -> bool:
     """An int or a float, not a bool (to Python, True is the int 1)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -409,8 +432,8 @@ def _check_trial(trial: TrialConfig) -> None:
     if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
         raise SweepError(f"trial.warmup_steps={warmup!r} is not valid: expected an integer >= 0")
     limit = trial.time_limit_s
-    if not _is_number(limit) or not limit > 0:
-        raise SweepError(f"trial.time_limit_s={limit!r} is not valid: expected a positive number of seconds")
+    if not _is_number(limit) or not math.isfinite(limit) or not limit > 0:  # inf overflowed the executor's minutes
+        raise SweepError(f"trial.time_limit_s={limit!r} is not valid: expected a finite positive number of seconds")
     margin = trial.memory_margin
     if not _is_number(margin) or not 0 <= margin < 0.5:
         raise SweepError(f"trial.memory_margin={margin!r} is not valid: expected a fraction of device memory in [0, 0.5), e.g. 0.1, or null for the device's default")

@@ -3,23 +3,55 @@
 The default dir is named by the second (outputs/<date_time>); two sweeps started in the
 same second must not share it (the second would resume the first's trials), so a default
 dir is claimed with mkdir, which only one process can win, and the loser takes the next
-free sibling (-2, -3, ...). A dir the user names (hydra.sweep.dir=, resume=) is used as given.
+free sibling (-2, -3, ...). A dir the user names (hydra.sweep.dir=, resume=) is used as given
+(a symlink such as outputs/latest: the dir it points to), unless it is no place for a sweep.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sweep.errors import SweepError
 
+# What only a sweep dir holds; a dir with none of them (and anything else in it) is someone else's.
+SWEEP_MARKERS = ("sweep.json", "trials", ".sweep.lock")
+
 
 def sweep_dir_of(cfg: Any) -> Path:
+    """The sweep dir the config names, checked when the user named it (see check_given_dir)."""
     text = str(cfg.hydra.sweep.dir)
     if not text.strip():
         raise SweepError("hydra.sweep.dir is empty: give a directory, e.g. hydra.sweep.dir=outputs/my_sweep (or leave it out for a new dated one)")
-    return Path(text).expanduser().absolute()
+    path = Path(text).expanduser().absolute()
+    if path.is_symlink():
+        # outputs/latest: the sweep it points to. Writing through the link would make the
+        # link's own update (latest -> this dir's name) a loop.
+        path = path.resolve()
+    if dir_given(cfg):
+        check_given_dir(path, text)
+    return path
+
+
+def check_given_dir(path: Path, given: str) -> None:
+    """Refuse a named dir a sweep must not write into: the filesystem root, a file, or a
+    dir of other things (its own trials.csv or recommendation.yaml would be overwritten)."""
+    if path.parent == path:
+        raise SweepError(f"hydra.sweep.dir={given} is the filesystem root: give a directory of its own, e.g. hydra.sweep.dir=outputs/my_sweep")
+    if path.exists() and not path.is_dir():
+        raise SweepError(f"hydra.sweep.dir={given} is a file, not a directory: give a new or empty directory, e.g. hydra.sweep.dir=outputs/my_sweep")
+    if path.is_dir():
+        try:
+            entries = [e.name for e in path.iterdir()]
+        except OSError as e:
+            raise SweepError(f"hydra.sweep.dir={given} cannot be read ({e.strerror}): give a directory you can write") from None
+        if entries and not any(name in entries for name in SWEEP_MARKERS):
+            raise SweepError(
+                f"hydra.sweep.dir={given} holds other files ({', '.join(sorted(entries)[:3])}{', ...' if len(entries) > 3 else ''}) "
+                "and no sweep (no sweep.json or trials/): give a new or empty directory, or an earlier sweep's dir"
+            )
 
 
 def dir_given(cfg: Any) -> bool:
@@ -52,6 +84,31 @@ def claim_fresh_dir(sweep_dir: Path) -> Path:
         except FileExistsError:
             continue
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def removed_if_refused(sweep_dir: Path) -> Iterator[list[Path]]:
+    """On a SweepError inside, remove the dirs made for this sweep while they hold nothing but
+    its lock file: sweep_dir and its parents that did not exist on entry, and any dir the
+    caller adds to the yielded list (a claimed -2 sibling). A refused sweep leaves nothing
+    behind, not even an empty dated dir."""
+    made = [p for p in (sweep_dir, *sweep_dir.parents) if not p.exists()]
+    try:
+        yield made
+    except SweepError:
+        for path in sorted(set(made), key=lambda p: len(p.parts), reverse=True):
+            _remove_if_unused(path)
+        raise
+
+
+def _remove_if_unused(path: Path) -> None:
+    try:
+        lock = path / ".sweep.lock"
+        if lock.is_file() and [e.name for e in path.iterdir()] == [lock.name]:
+            lock.unlink()
+        path.rmdir()  # only if empty
+    except OSError:
+        pass
 
 
 def set_sweep_dir(cfg: Any, sweep_dir: Path) -> None:

@@ -63,9 +63,11 @@ class MegatronParser(LineParser):
         )
 
 
-# tqdm's default bar: `desc: 45%|####5     | 9/20 [00:03<00:04,  2.61it/s, postfix]`
+# tqdm's default bar: `desc: 45%|####5     | 9/20 [00:03<00:04,  2.61it/s, postfix]`; with no width
+# for the bar (ncols=0, e.g. dynamic_ncols where the terminal reports 0 columns) tqdm.format_meter
+# returns l_bar[:-1] + r_bar[1:]: `desc:  0% 60/1230545 [00:13<74:35:12,  4.58it/s]`.
 _TQDM = re.compile(
-    r"^(?P<desc>.*?)(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d{1,18})/(?P<total>\d{1,18}|\?)\s*"
+    r"^(?P<desc>.*?)(?P<pct>\d{1,3})%(?:\|[^|]*\||(?= ))\s*(?P<n>\d{1,18})/(?P<total>\d{1,18}|\?)\s*"
     rf"\[[^,\]]*(?:,\s*(?P<rate>{_NUM})\s*(?P<per>it/s|s/it))?"
 )
 
@@ -85,6 +87,12 @@ class HFTrainerParser(LineParser):
     def __init__(self) -> None:
         super().__init__()
         self._train_total: str | None = None
+
+    def _parse_lines(self, lines: list[bytes]) -> list[Measurement]:
+        # tqdm draws a second bar below the first and moves back up with ESC[A: HF's evaluation bar while
+        # the training bar is open (mid-training, or eval_on_start before any step, where it may have
+        # the training bar's total). Blanked, not dropped, so line numbers stay the log's.
+        return super()._parse_lines([b"" if b"\x1b[A" in line else line for line in lines])
 
     def parse_line(self, text: str) -> Measurement | None:
         s = self._summary.search(text)
@@ -126,9 +134,11 @@ class TorchTitanParser(LineParser):
 class LightningParser(LineParser):
     """Lightning's progress bar and NeMo's step timing.
 
-    - NeMo: `train_step_timing in s` (s per optimizer step), in the bar's postfix (`...=5.900`, NeMo 1)
-      or NeMo 2's progress printer (`Training epoch 0, iteration 1/249 | ... | global_step: 1 | ...
-      train_step_timing in s: 2.505`).
+    - NeMo: `train_step_timing in s`, in the bar's postfix (`...=5.900`, NeMo 1) or NeMo 2's progress printer (`Training epoch 0, iteration 1/249 | ... | global_step: 1 | ...
+      train_step_timing in s: 2.505`). NeMo's TimingCallback times each Lightning batch
+      (on_train_batch_start to _end). With a global_step (NeMo 2, Megatron-based: a batch is the global
+      batch) it is s per optimizer step. Without one (NeMo ASR on plain Lightning, where
+      accumulate_grad_batches feeds micro-batches) it is s per micro-batch, numbered by the bar's count.
     - Lightning: the `Epoch N:` tqdm bar (TQDMProgressBar) or the rich bar (`Epoch 0/9 ━━ 9/20 0:00:03 •
       0:00:04 2.61it/s`); both count dataloader batches, i.e. micro-batches (batches/s).
     Validation, sanity-check, test and predict bars are not read.
@@ -153,10 +163,16 @@ class LightningParser(LineParser):
             if step is None:
                 it = self._nemo_iter.search(text)
                 step = int(it.group(1)) if it else None
+            unit = S_PER_STEP
+            if step is None:
+                bar = _TQDM.search(text)
+                if bar is None:
+                    return None  # no step and no bar: nothing says which batch the time is for
+                step, unit = int(bar.group("n")), S_PER_BATCH
             e = re.search(r"\b[Ee]poch\s+(\d{1,9})", text)
             g = re.search(r"global_batch_size\s*[=:]\s*(\d{1,12})\b", text)
             return Measurement(
-                v, epoch=int(e.group(1)) if e else None, step=step, unit=S_PER_STEP, step_time_s=v,
+                v, epoch=int(e.group(1)) if e else None, step=step, unit=unit, step_time_s=v if unit == S_PER_STEP else None,
                 global_batch_size=int(g.group(1)) if g else None,
             )
         r = self._rich.search(text)
@@ -184,15 +200,24 @@ class DeepSpeedParser(LineParser):
     older releases `0/20, RunningAvgSamplesPerSec=..., CurrSamplesPerSec=...` or `0/20, SamplesPerSec=...`.
 
     CurrSamplesPerSec (that step, global) is read; the running average since start-up only
-    where a release prints nothing else.
+    where a release prints nothing else. The pipeline engine (deepspeed/runtime/pipe/engine.py
+    train_batch) prints its own line instead: `steps: 10 loss: 2.3456 iter time (s): 0.468
+    samples/sec: 273.344`, the global batch over the mean step time of the last steps_per_print steps.
     """
 
-    needle = b"SamplesPerSec="
+    needle = b"amples"  # SamplesPerSec= and samples/sec:
+    _pipe = re.compile(rf"\bsteps:\s*(?P<step>\d{{1,18}})\b.*?iter time \(s\):\s*(?P<t>{_NUM})\s+samples/sec:\s*(?P<v>{_NUM})")
     _index = re.compile(r"(?:epoch=(?P<e>\d{1,9})/micro_step=\d+/global_step=(?P<g>\d{1,18})|\b(?P<oe>\d{1,9})/(?P<os>\d{1,18})),")
     _curr = re.compile(rf"\bCurrSamplesPerSec=(?P<v>{_NUM})")
     _avg = re.compile(rf"(?<![A-Za-z])(?:RunningAvg)?SamplesPerSec=(?P<v>{_NUM})")
 
     def parse_line(self, text: str) -> Measurement | None:
+        pipe = self._pipe.search(text)
+        if pipe:
+            v = to_float(pipe.group("v"))
+            if not v:
+                return None
+            return Measurement(v, step=int(pipe.group("step")), unit=SAMPLES_PER_S, step_time_s=to_float(pipe.group("t")))
         m = self._curr.search(text) or self._avg.search(text)
         v = to_float(m.group("v")) if m else None
         if v is None:

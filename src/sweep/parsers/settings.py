@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,8 +82,10 @@ def parser_settings(spec: Mapping[str, Any] | None) -> ParserSettings:
     if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int) or stop_after < 1):
         raise ValueError(f"parser.stop_after={stop_after!r} must be a whole number >= 1")
     tps = common.get("tokens_per_sample")
-    if tps is not None and (isinstance(tps, bool) or not isinstance(tps, (int, float)) or not tps > 0):
-        raise ValueError(f"parser.tokens_per_sample={tps!r} must be a positive number (tokens in one sample)")
+    if tps is not None and (
+        isinstance(tps, bool) or not isinstance(tps, (int, float)) or not math.isfinite(tps) or not tps > 0
+    ):
+        raise ValueError(f"parser.tokens_per_sample={tps!r} must be a positive number (tokens in one sample), not inf or nan")
     unit = common.get("throughput_unit")
     if unit is not None and unit not in THROUGHPUT_UNITS:
         raise ValueError(f"parser.throughput_unit={unit!r} is not one of {', '.join(THROUGHPUT_UNITS)}")

@@ -169,8 +169,8 @@ def summarize(
     - A step printed twice (a progress bar redrawn) counts once: its last figure.
     - Warm-up: the first `skip_first` figures (warmup_by="figures"), or every figure of the
       first `skip_first` epochs in the order they appear (warmup_by="epochs", Myrtle's rule).
-    - Per-step figures are preferred to averages (no step), when there are 3 or more of them;
-      an epoch average counts alone: the epoch after the warm-up (sweep.parsers.select_measurement).
+    - Per-step figures are preferred to averages (no step) whenever there are any after the warm-up;
+      an average counts only without them, alone: the epoch after the warm-up (sweep.parsers.select_measurement).
 
     Raises ThroughputError (one line) when there are no figures or one cannot be converted.
     """
@@ -228,13 +228,16 @@ def summarize(
         chosen, warm = [warm[-1]], warm[:-1]
     steps = [i for i in chosen if measurements[i].step is not None]
     averages = [i for i in chosen if measurements[i].step is None]
-    if len(steps) >= 3 or not averages:
+    # Per-step figures whenever there are any: an average spans what the steps do not (caiman-asr's
+    # epoch average includes validation, HF's run average its evaluations and start-up). Few steps
+    # give a wide interval, which the score then carries; an average would give a narrow wrong one.
+    if steps:
         used, what = steps, "per-step figures"
     else:
         used, what = [averages[0] if after_warmup else averages[-1]], "average"
     for i in chosen:
         if i not in used:
-            roles[i] = (IGNORED, "per-step figures are used" if what == "average" or i in averages else "an average is used")
+            roles[i] = (IGNORED, "per-step figures are used" if what == "per-step figures" else "another average is used")
 
     out_unit = output_unit(chosen_unit, ctx, unit)
     values = []

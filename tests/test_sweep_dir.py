@@ -1,0 +1,150 @@
+"""Where a sweep writes (issue 30's data and paths, issue 33's refusals), with real `python -m sweep` runs.
+
+Each refusal is one line, exit 2, and leaves the working directory as it was; a user's own files
+are never overwritten or replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FAKE = Path(__file__).with_name("fake_train.py")
+COMMAND = [
+    "workload=command",
+    'workload.argv=["' + sys.executable + '","' + str(FAKE) + '","--accum={accum}","--split={split}",'
+    '"--global_batch_size={global_batch_size}"]',
+    "global_batch_size=16", "search=grid", "accum=1", "split=1", "trial.time_limit_s=60",
+]
+
+
+def sweep(cwd: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env.pop("SWEEP_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=timeout, stdin=subprocess.DEVNULL,
+    )
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def refused(proc: subprocess.CompletedProcess, *texts: str) -> None:
+    where = f"stdout={proc.stdout!r}\nstderr={proc.stderr!r}"
+    assert proc.returncode == 2, where
+    assert "Traceback" not in proc.stdout + proc.stderr, where
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sweep: error: "), where
+    for text in texts:
+        assert text in lines[0], f"{text!r} missing; {where}"
+
+
+def test_the_filesystem_root_is_refused(tmp_path):
+    refused(sweep(tmp_path, "hydra.sweep.dir=/", *COMMAND), "hydra.sweep.dir=/ is the filesystem root")
+    assert tree(tmp_path) == []
+
+
+def test_a_dir_of_other_files_is_refused_and_left_as_it_was(tmp_path):
+    """Its own trials.csv and recommendation.yaml used to be overwritten silently."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "trials.csv").write_text("my,own,table\n")
+    (mine / "recommendation.yaml").write_text("mine: true\n")
+    before = {p.name: p.read_text() for p in mine.iterdir()}
+    refused(sweep(tmp_path, "hydra.sweep.dir=mine", *COMMAND), "hydra.sweep.dir=mine holds other files",
+            "recommendation.yaml, trials.csv", "no sweep.json or trials/")
+    assert {p.name: p.read_text() for p in mine.iterdir()} == before
+    assert tree(tmp_path) == ["mine", "mine/recommendation.yaml", "mine/trials.csv"]
+
+
+def test_a_refused_gpu_profile_leaves_no_dated_dir(tmp_path):
+    """issue 33: `+machine=a100x8` on a host without those GPUs left an empty outputs/<date> each time."""
+    for _ in range(2):
+        refused(sweep(tmp_path, "+machine=a100x8", *COMMAND), "machine=a100x8 needs 8 CUDA device(s)")
+    assert tree(tmp_path) == []
+
+
+def test_a_users_file_named_latest_is_kept_and_the_link_follows_sweeps(tmp_path):
+    out = tmp_path / "outputs"
+    out.mkdir()
+    (out / "latest").write_text("my notes\n")
+    proc = sweep(tmp_path, "hydra.sweep.dir=outputs/run1", *COMMAND)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (out / "latest").read_text() == "my notes\n" and not (out / "latest").is_symlink()
+    assert f"{out / 'latest'} is not sweep's link to the latest sweep: left as it is" in proc.stdout
+    (out / "latest").unlink()
+    proc = sweep(tmp_path, "hydra.sweep.dir=outputs/run2", *COMMAND)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert os.readlink(out / "latest") == "run2"
+
+
+def test_the_latest_link_as_the_sweep_dir_is_the_sweep_it_points_to(tmp_path):
+    """It became a self-loop, then a FileExistsError traceback."""
+    proc = sweep(tmp_path, "hydra.sweep.dir=outputs/run1", *COMMAND)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = sweep(tmp_path, "hydra.sweep.dir=outputs/latest", *COMMAND)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "reusing 1 finished trial(s)" in proc.stdout and str(tmp_path / "outputs" / "run1") in proc.stdout
+    assert os.readlink(tmp_path / "outputs" / "latest") == "run1"
+    assert sorted(p.name for p in (tmp_path / "outputs").iterdir()) == ["latest", "run1"]
+
+
+def test_a_damaged_sweep_json_says_the_results_are_intact_and_how_to_reuse_them(tmp_path):
+    proc = sweep(tmp_path, "hydra.sweep.dir=run 1", *COMMAND)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (tmp_path / "run 1" / "sweep.json").write_text('{"argv": [')
+    refused(sweep(tmp_path, "resume=run 1"), "resume=run 1: its sweep.json is damaged (not valid JSON)",
+            "the 1 trial result(s) under run 1/trials are intact", "'hydra.sweep.dir=run 1'")
+    # What it says works: the original command with that dir reuses the trial.
+    proc = sweep(tmp_path, "hydra.sweep.dir=run 1", *COMMAND)
+    assert proc.returncode == 0 and "reusing 1 finished trial(s)" in proc.stdout, proc.stdout + proc.stderr
+
+
+def interrupt_while_starting(cwd: Path, delay_s: float) -> subprocess.CompletedProcess:
+    """Start `python -m sweep`, and send Ctrl-C (to its process group, as a terminal does) `delay_s` after
+    sweep's own package is imported. Counted from there: a Ctrl-C inside Python's own start-up (its
+    site module, before any of sweep runs) is Python's to report. -X importtime says when that is."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env.pop("SWEEP_DEBUG", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "sweep", "hydra.sweep.dir=s", *COMMAND], cwd=cwd, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    seen = []
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        seen.append(line)
+        if line.rstrip().endswith("| sweep"):  # importtime's line for the package itself: sweep's code runs from here
+            break
+    time.sleep(delay_s)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    err = "".join(x for x in ("".join(seen) + err).splitlines(keepends=True) if not x.startswith("import time:"))
+    shutil.rmtree(cwd / "s", ignore_errors=True)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.1, 0.2, 0.3, 0.6])
+def test_ctrl_c_while_starting_up_prints_no_traceback(tmp_path, delay_s):
+    """A Ctrl-C in sweep's first 0.3 s (imports, Hydra's composition) printed a KeyboardInterrupt traceback."""
+    proc = interrupt_while_starting(tmp_path, delay_s)
+    out, err = proc.stdout, proc.stderr
+    assert "Traceback" not in out + err, err
+    assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, out, err)
+    assert proc.returncode == -signal.SIGINT or "interrupted" in out + err, (out, err)
+
+
+def test_a_sweep_json_that_is_a_fifo_does_not_hang_resume(tmp_path):
+    d = tmp_path / "d"
+    (d / "trials").mkdir(parents=True)
+    os.mkfifo(d / "sweep.json")
+    refused(sweep(tmp_path, "resume=d", timeout=60), "its sweep.json is unreadable (not a regular file)")
