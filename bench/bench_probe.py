@@ -1,0 +1,105 @@
+"""What the probe costs: the built-in workload's step time with the probe armed and not, in one process.
+
+Blocks of --steps optimizer steps alternate between armed (sweep.probe.install, then begin_step /
+end_step around each step, as the built-in trial runs) and disarmed (every hook taken out again), in
+ABBA order so drift (another process on the host, thermal) falls on both alike. Each step is timed from
+outside the probe (perf_counter around the whole step, the probe's own bookkeeping included); the first
+step of every block is left out (it pays for arming or disarming). Prints each side's median, their
+ratio, and a 95% bootstrap interval of the ratio; the target is under 1% (issue 29). On a shared host
+that interval is wide, so it also runs the same step structure (accum, split: the same module calls,
+optimizer step and records) on a model too small to hide anything, and sets the probe's cost per step
+measured there against the demo step's median.
+
+    PYTHONPATH=src python bench/bench_probe.py [--rounds 16] [--steps 6] [--batch 32 --accum 4 --split 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sweep import probe
+from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+from sweep.workloads.rnnt.memory import configure_cpu_allocator
+from sweep.workloads.rnnt.model import RNNTWorkload
+
+
+def interleaved(workload: RNNTWorkload, per_device: int, accum: int, split: int, rounds: int, steps: int) -> dict[bool, np.ndarray]:
+    """Each step's seconds with the probe armed (True) and disarmed (False), ABBA blocks, first of each left out."""
+    measured = probe.runtime().PROBE
+    times: dict[bool, list[float]] = {True: [], False: []}
+    step = 0
+    with tempfile.TemporaryDirectory() as records:
+        for round_index in range(rounds):
+            for armed in (True, False) if round_index % 2 == 0 else (False, True):
+                if armed:
+                    probe.install(Path(records) / f"round{round_index}")
+                    measured.name_modules(workload.model)
+                else:
+                    measured.disarm()
+                for i in range(steps):
+                    workload.sync()
+                    t0 = time.perf_counter()
+                    if armed:
+                        measured.begin_step()
+                    workload.train_step(per_device, accum, split, step_index=step)
+                    if armed:
+                        measured.end_step()
+                    workload.sync()
+                    if i > 0:
+                        times[armed].append(time.perf_counter() - t0)
+                    step += 1
+        measured.disarm()
+    return {armed: np.array(t) for armed, t in times.items()}
+
+
+def ratio_with_interval(times: dict[bool, np.ndarray], rng: np.random.Generator) -> tuple[float, float, float]:
+    armed, plain = times[True], times[False]
+    ratio = float(np.median(armed) / np.median(plain))
+    boot = [np.median(rng.choice(armed, armed.size)) / np.median(rng.choice(plain, plain.size)) for _ in range(2000)]
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return ratio, float(low), float(high)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=16, help="ABBA rounds: each has an armed and a disarmed block")
+    p.add_argument("--steps", type=int, default=6, help="optimizer steps per block (the first is left out)")
+    p.add_argument("--batch", type=int, default=32, help="global batch (one process)")
+    p.add_argument("--accum", type=int, default=4)
+    p.add_argument("--split", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    configure_cpu_allocator()  # as the trial does
+    rng = np.random.default_rng(args.seed)
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    per_device = args.batch // args.accum
+    demo = RNNTWorkload(RNNTWorkloadConfig(), device)
+    demo.warm_up(per_device)
+    times = interleaved(demo, per_device, args.accum, args.split, args.rounds, args.steps)
+    ratio, low, high = ratio_with_interval(times, rng)
+    print(f"built-in workload (the CPU demo model), global batch {args.batch}, accum {args.accum}, split {args.split}, "
+          f"{args.threads} thread(s), {device}: {times[True].size} armed and {times[False].size} disarmed steps, interleaved")
+    print(f"  median step: armed {np.median(times[True]) * 1e3:.2f} ms, disarmed {np.median(times[False]) * 1e3:.2f} ms")
+    print(f"  overhead: {100 * (ratio - 1):+.2f}% (ratio {ratio:.4f}; 95% bootstrap interval {low:.4f}-{high:.4f})")
+    # The same step structure (module calls, optimizer, records) on a model too small to hide anything:
+    # the probe's cost per step in absolute terms, set against the demo step's median.
+    tiny = RNNTWorkload(RNNTWorkloadConfig(feat_dim=4, frames=8, label_len=2, vocab=8, enc_hidden=4, enc_layers=2,
+                                           pred_hidden=4, joint_hidden=4), device)
+    tiny.warm_up(args.split)
+    small = interleaved(tiny, args.split, args.accum, args.split, args.rounds * 4, args.steps)
+    cost = float(np.median(small[True]) - np.median(small[False]))
+    print(f"  probe's own cost per step (same accum/split on a tiny model, medians {np.median(small[True]) * 1e6:.0f} vs "
+          f"{np.median(small[False]) * 1e6:.0f} us): {cost * 1e6:.0f} us = {100 * cost / np.median(times[False]):.2f}% of the demo step")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
