@@ -31,7 +31,7 @@ BROKEN_FILES = {
     ),
     "bad_regex.yaml": (
         "# @package _global_\ndefaults:\n  - override /workload: command\n"
-        'workload:\n  argv: [python]\n  parser:\n    type: regex\n    pattern: "("\n'
+        'workload:\n  argv: [python, "--b={accum}"]\n  parser:\n    type: regex\n    pattern: "("\n'
     ),
 }
 
@@ -137,8 +137,12 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("unknown_placeholder", cmd(command=argv("python", "--x={nope}")), ["{nope}", "valid placeholders are {accum}"]),
     ("placeholder_format_spec", cmd(command=argv("python", "--x={accum:>5}")), ["{accum:>5}", "valid placeholders are"]),
     ("placeholder_conversion", cmd(command=argv("python", "--x={accum!r}")), ["{accum!r}", "valid placeholders are"]),
-    ("missing_executable", cmd(command=argv("no-such-trainer-xyz")), ["'no-such-trainer-xyz'", "not an executable on PATH", "full path"]),
-    ("missing_executable_path", cmd(command=argv("/nonexistent/bin/train")), ["'/nonexistent/bin/train'", "not an executable"]),
+    ("missing_executable", cmd(command=argv("no-such-trainer-xyz", "--b={accum}")), ["'no-such-trainer-xyz'", "not an executable on PATH", "full path"]),
+    ("missing_executable_path", cmd(command=argv("/nonexistent/bin/train", "--b={accum}")), ["'/nonexistent/bin/train'", "not an executable"]),
+    # issue 29: a command that would run the same in every pair; a script or cwd that is not there
+    ("no_batch_placeholder", cmd(command=argv(sys.executable, str(FAULT), "--steps=3")), ["use none of {accum}, {split}", "--batch_size={per_device_batch}"]),
+    ("missing_script", cmd(command=argv("python", "no_such_train.py", "--b={accum}")), ["'no_such_train.py'", "not a file in", "workload.cwd"]),
+    ("missing_cwd", cmd("workload.cwd=/no/such/dir"), ["workload.cwd='/no/such/dir' is not a directory"]),
     ("empty_command", cmd(command="workload.argv=[]"), ["workload.argv is empty", "e.g. [python, train.py"]),
     # -- issue 13: never silently wrong
     ("sweep_value_then_plain_value", cmd("accum=1,2", "accum=4"), ["accum is given twice", "'accum=1,2' and 'accum=4'", "give it once"]),
@@ -303,7 +307,7 @@ def test_memory_gib_above_the_card_warns_in_one_line_and_uses_the_card(tmp_path,
         "    print(f'DLL 2024-01-02 10:11:1{e}.123456 - epoch {e:4d} | train_avg_throughput-audio-samples-per-sec : 100.00 | train_avg_took : 0.16', flush=True)\n"
     )
     code = run_main_in_process(
-        ["workload=command", f"workload.argv=[{sys.executable},{script}]", "machine.device=cuda", "machine.memory_gib=80",
+        ["workload=command", f"workload.argv=[{sys.executable},{script},'--a={{accum}}']", "machine.device=cuda", "machine.memory_gib=80",
          "global_batch_size=8", "accum=1", "split=1", "search=grid", "trial.time_limit_s=60", f"hydra.sweep.dir={tmp_path / 's'}"],
         monkeypatch,
     )
@@ -316,14 +320,13 @@ def test_memory_gib_above_the_card_warns_in_one_line_and_uses_the_card(tmp_path,
     ], err
 
 
-def test_a_dry_run_does_not_need_the_training_command_here(tmp_path, searchpath):
-    """Planning a NeMo sweep on a laptop: the command is not on PATH, a warning says so, the table shows."""
+def test_a_dry_run_says_the_training_command_is_missing_here(tmp_path, searchpath):
+    """Issue 29: what the command needs (its executable, script, cwd) is checked before anything launches, a
+    dry run included (it used to be a warning there): one line, exit 2, nothing written."""
     proc = run_case(["+sweep=nemo_micro_batch", "dry_run=true"], tmp_path, searchpath, env_extra={"PATH": os.path.dirname(sys.executable)})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "sweep: warning: workload.argv[0]='nemo' is not an executable on PATH" in proc.stderr
-    assert "nothing launched" in proc.stdout
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "workload.argv[0]='nemo' is not an executable on PATH" in proc.stderr and proc.stderr.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == []
-    # Without dry_run it is still refused before anything launches.
     real = run_case(["+sweep=nemo_micro_batch"], tmp_path, searchpath, env_extra={"PATH": os.path.dirname(sys.executable)})
     assert real.returncode == 2 and "'nemo' is not an executable on PATH" in real.stderr
 

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import socket
-import string
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,113 +21,187 @@ from sweep.core.config import memory_margin
 from sweep.core.measure import PROGRESS_FILE, measured_enough_for, progress_record, stop_requested, write_progress  # noqa: F401 (PROGRESS_FILE: the workload reads it from here)
 from sweep.core.schema import Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
-from sweep.errors import TemplateError  # defined there; still importable from here
+from sweep.errors import TemplateError  # noqa: F401 (defined there; still importable from here)
 from sweep.launch.memory import TreeMemorySampler, is_tight
-
-PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
-LOG_NAME = "command.log"
-
-
-def template_fields(text: str) -> list[str]:
-    """The placeholder names in one template string; format specs and attribute access are refused."""
-    names = []
-    try:
-        parsed = list(string.Formatter().parse(text))
-    except ValueError as e:
-        raise TemplateError(f"{text!r} is not a valid template ({e}); write placeholders as {{accum}}, literal braces as {{{{ }}}}") from None
-    for _, name, spec, conversion in parsed:
-        if name is None:
-            continue
-        if name not in PLACEHOLDERS or spec or conversion:
-            raise TemplateError(
-                f"{text!r} uses placeholder {{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}: "
-                f"valid placeholders are {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
-            )
-        names.append(name)
-    return names
-
-
-def check_template(argv: Sequence[str], env: Mapping[str, str]) -> None:
-    if not argv:
-        raise TemplateError("workload.argv is empty: give the training command as a list, e.g. [python, train.py, --grad_accumulation_batches={accum}]")
-    for part in [*argv, *env.values()]:
-        if not isinstance(part, str):
-            raise TemplateError(f"workload.argv/env value {part!r} is not a string: quote it in YAML")
-        template_fields(part)
-
-
-def fill(text: str, values: Mapping[str, int]) -> str:
-    template_fields(text)
-    return text.format(**{k: int(values[k]) for k in PLACEHOLDERS})
+from sweep.launch.tree import PROCESSES_FILE, TreeTracker, become_subreaper, end_processes
+from sweep.workloads.command.launching import attempt_log, command_env, launch_values
+from sweep.workloads.command.launching import job_id as _job_id
+from sweep.workloads.command.template import PLACEHOLDERS, check_template, fill, missing_paths, template_fields  # noqa: F401 (re-exported)
 
 
 def run_command_trial(spec: TrialSpec) -> TrialResult:
-    """Run the user's command for one candidate and write the trial's result record."""
-    from sweep.parsers import LogTail, ThroughputError, classify_failure, parser_settings, read_tail
+    """Run the user's command for one candidate (one launcher on each node) and write the trial's result record."""
+    from sweep.launch import evidence
+    from sweep.parsers import LogTail, parser_settings
 
     wl = spec.workload
     trial_dir = Path(spec.trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
-    values = spec.numbers()
+    launch = launch_values(spec)
+    writes = launch["node_rank"] == 0
+    values = {**spec.numbers(), **launch}
     argv = [fill(a, values) for a in wl.argv]
-    env = {**os.environ, **{k: fill(str(v), values) for k, v in (wl.env or {}).items()}}
-    cwd = wl.cwd or str(trial_dir)
-    log_path = trial_dir / LOG_NAME
+    env = command_env(spec, {k: fill(str(v), values) for k, v in (wl.env or {}).items()})
+    cwd = wl.cwd or os.getcwd()
+    log_path = attempt_log(trial_dir, int(launch["node_rank"]))
     settings = parser_settings(wl.parser)  # the preset's warm-up, unit and scope; checked before launch
-    skip, stop_after = settings.skip_first, settings.stop_after
     parser = settings.make_parser()
-    context = settings.context(global_batch_size=values["global_batch_size"], num_devices=values["num_devices"], accum=values["accum"])
-    live_rate = functools.partial(live_throughput, context=context, unit=settings.throughput_unit)
-    summarize = functools.partial(
-        settings.summarize, global_batch_size=values["global_batch_size"], num_devices=values["num_devices"], accum=values["accum"]
-    )
-    timed = functools.partial(_timed_so_far, summarize=summarize, global_batch_size=values["global_batch_size"])
+    gbs = values["global_batch_size"]
+    context = settings.context(global_batch_size=gbs, num_devices=values["num_devices"], accum=values["accum"])
+    summarize = functools.partial(settings.summarize, global_batch_size=gbs, num_devices=values["num_devices"], accum=values["accum"])
+    probe = _probe_follower(spec, trial_dir, log_path, settings) if getattr(wl, "probe", False) else None
+    if probe is not None:
+        from sweep.probe import probe_env
+
+        env.update(probe_env(probe.record_dir, base_env=env))
     limit = float(spec.trial.time_limit_s)
     started_at, t0 = now_iso(), time.monotonic()
+    base = dict(**spec.numbers(), log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command", started_at=started_at, fingerprint=spec.fingerprint)
+    missing = missing_paths(argv, cwd)  # checked before launch where trials run here; on a cluster, here on the node
+    if missing:
+        return _finish(spec, trial_dir, TrialResult(status=Status.FAILED, error=missing, finished_at=now_iso(), **base), writes=writes)
     print(f"accum={values['accum']} split={values['split']}: running {argv} in {cwd}; log {log_path}", flush=True)
 
+    # Orphans of the command (a `setsid` child, a double fork) come back to this process, which
+    # records every descendant as it appears and ends them all when the trial ends, however it ends.
+    become_subreaper()
+    tracker = TreeTracker(trial_dir / PROCESSES_FILE if writes else None).start()
+    oom_kills_before = evidence.oom_kill_count()
+    enough = _Enough(spec.trial, settings.skip_first, settings.stop_after, functools.partial(_timed_so_far, summarize=summarize, global_batch_size=gbs), probe)
+    live_rate = functools.partial(live_throughput, context=context, unit=settings.throughput_unit)
     with open(log_path, "ab") as log:
-        # A new session, so a timeout can stop the whole process tree (dataloader workers, ranks).
+        # A new session, so a stop reaches the whole process group (dataloader workers, ranks) at once.
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        tracker.poll()
         tail = LogTail(log_path)
         sampler = _memory_sampler(proc.pid, spec).start()
         try:
-            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, _Enough(spec.trial, skip, stop_after, timed), limit, t0, live_rate)
+            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, enough, limit, t0, live_rate, functools.partial(_stop, proc, tracker))
         except BaseException:
-            # Interrupted (Ctrl-C reaches the job too): never leave the training command behind.
-            _stop(proc)
+            # Interrupted (the sweep cancelled this job): never leave the training command behind.
+            _stop(proc, tracker)
             sampler.stop()
             raise
-        measurements += parser.feed(tail.read_new()) + parser.close()
+        for chunk in tail.drain():  # to the end of the file: the last figures are often the ones that count
+            measurements += parser.feed(chunk)
+        measurements += parser.close()
     code = proc.wait()
     memory = sampler.stop()
+    _stop(proc, tracker)  # whatever the command left behind (forked or setsid children)
+    if probe is not None:
+        probe.poll(force=True)
 
-    summary, why_not = None, ""
-    if measurements:
-        try:
-            summary = summarize(measurements)
-        except ThroughputError as e:
-            why_not = f": {e}"
-    base = dict(
-        **values, log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command",
-        started_at=started_at, finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
-        peak_mem_gib=memory.peak_gib, capacity_gib=memory.capacity_gib, headroom=memory.headroom, fingerprint=spec.fingerprint,
+    base.update(
+        finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
+        peak_mem_gib=memory.peak_gib, capacity_gib=memory.capacity_gib, headroom=memory.headroom,
     )
-    if timed_out:
-        result = TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
-    elif summary is not None and (code == 0 or stopped_early):
-        result = _ok_result(base, summary)
-        if stopped_early not in ("", _Enough.REASON):
-            result.stopped_early = stopped_early  # racing: the orchestrator's reason
-    elif code == 0:
-        result = TrialResult(status=Status.FAILED, error=f"exited 0 but printed no throughput the {settings.type} parser recognises{why_not}; see {log_path}", **base)
-    else:
-        verdict = classify_failure(read_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns)
-        result = TrialResult(status=verdict.status if verdict.status != Status.OK else Status.FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
-    result.tight = is_tight(result.status == Status.OK, result.headroom, memory_margin(spec.trial, spec.machine))
-    write_result(result, trial_dir)
-    print(f"accum={values['accum']} split={values['split']}: {result.status} {result.error}", flush=True)
+    if probe is not None:
+        base.update(probe.memory_fields(spec.machine.device, float(spec.machine.memory_gib) if spec.machine.device == "cuda" else None))
+    ended = _Ended(code, timed_out, stopped_early, memory, set(tracker.seen) | {proc.pid}, oom_kills_before)
+    result = _result(spec, settings, _summary(summarize, measurements), probe, ended, base, log_path)
+    return _finish(spec, trial_dir, result, writes=writes)
+
+
+@dataclass
+class _Ended:
+    """How the command ended, and what is known about its memory if it was killed."""
+
+    code: int
+    timed_out: bool
+    stopped_early: str  # "" (ended by itself), _Enough.REASON, or racing's reason
+    memory: Any  # the sampler's MemoryReading
+    pids: set[int]  # every process of the trial's tree
+    oom_kills_before: int | None
+
+
+def _summary(summarize: Any, measurements: list[Any]) -> tuple[Any, str]:
+    """(the log's summary, or None, and why not: ": <reason>" or "")."""
+    from sweep.parsers import ThroughputError
+
+    if not measurements:
+        return None, ""
+    try:
+        return summarize(measurements), ""
+    except ThroughputError as e:
+        return None, f": {e}"
+
+
+def _result(spec: TrialSpec, settings: Any, log_summary: tuple[Any, str], probe: Any, ended: _Ended, base: dict[str, Any], log_path: Path) -> TrialResult:
+    """The trial's record: measured by the probe where it timed steps, else from the log; failures classified."""
+    from sweep.launch import evidence
+    from sweep.parsers import KillEvidence, classify_failure, read_tail
+
+    limit = float(spec.trial.time_limit_s)
+    summary_or_none, why_not = log_summary
+    probe_times = probe.timed() if probe is not None else []
+    if ended.timed_out:
+        return TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
+    if ended.code == 0 or ended.stopped_early:
+        if probe_times:
+            result = TrialResult(status=Status.OK, measured_by="probe", **probe.ok_fields(), **base)
+        elif summary_or_none is not None:
+            result = _ok_result(base, summary_or_none)
+            result.measured_by = "log"
+        else:
+            note = "" if probe is None else ("; the probe saw no optimizer step" if probe.report is not None and probe.report.armed else "; the probe never armed (no torch import)")
+            return TrialResult(
+                status=Status.FAILED, error=f"exited 0 but printed no throughput the {settings.type} parser recognises{why_not}{note}; see {log_path}", **base
+            )
+        if ended.stopped_early not in ("", _Enough.REASON):
+            result.stopped_early = ended.stopped_early  # racing: the orchestrator's reason
+        return result
+    kill = None
+    if ended.code in (-9, 137):
+        kill = KillEvidence(
+            oom_kills=_rise(ended.oom_kills_before, evidence.oom_kill_count()),
+            kernel_oom=evidence.kernel_log_names_oom(ended.pids),
+            peak_fraction=_peak_fraction(ended.memory),
+        )
+    verdict = classify_failure(read_tail(log_path), exit_code=ended.code, phase_patterns=spec.workload.phase_patterns, kill_evidence=kill)
+    status = verdict.status if verdict.status != Status.OK else Status.FAILED
+    result = TrialResult(status=status, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
+    oom = probe.oom() if probe is not None else None
+    if oom is not None:
+        from sweep.probe import oom_phase_of
+
+        result.oom_module = oom.module
+        if status == Status.OOM:
+            # The probe saw where: the module that was running, whatever the traceback's frames say.
+            result.oom_phase = oom_phase_of(oom.module) or result.oom_phase
+            result.error = f"{verdict.reason} (probe: in {oom.module or 'no module'} during {oom.where}, step {oom.step}, rank {oom.rank})"
     return result
+
+
+def _probe_follower(spec: TrialSpec, trial_dir: Path, log_path: Path, settings: Any) -> Any:
+    from sweep.parsers.throughput import SAMPLES_PER_S, BatchContext, output_unit
+    from sweep.workloads.command.probed import ProbeFollower, probe_dir
+
+    figure = settings.prefer[0] if settings.prefer else settings.parser_spec.get("unit", SAMPLES_PER_S)
+    unit = output_unit(figure, BatchContext(tokens_per_sample=settings.tokens_per_sample), settings.throughput_unit)
+    return ProbeFollower(probe_dir(trial_dir, log_path), int(spec.trial.warmup_steps), int(spec.global_batch_size), settings.tokens_per_sample, unit)
+
+
+def _finish(spec: TrialSpec, trial_dir: Path, result: TrialResult, writes: bool) -> TrialResult:
+    """Write the trial's record (node 0's launcher alone: the trial dir is shared by every node)."""
+    result.tight = is_tight(result.status == Status.OK, result.headroom, memory_margin(spec.trial, spec.machine))
+    if writes:
+        write_result(result, trial_dir)
+    print(f"accum={spec.accum} split={spec.split}: {result.status} {result.error}", flush=True)
+    return result
+
+
+def _rise(before: int | None, after: int | None) -> int | None:
+    return None if before is None or after is None else max(0, after - before)
+
+
+def _peak_fraction(memory: Any) -> float | None:
+    """Sampled peak over the capacity it is held to (on CPU, the host's memory)."""
+    import psutil
+
+    if memory.peak_gib is None:
+        return None
+    capacity = memory.capacity_gib or psutil.virtual_memory().total / 1024**3
+    return float(memory.peak_gib) / capacity if capacity else None
 
 
 def _memory_sampler(pid: int, spec: TrialSpec) -> TreeMemorySampler:
@@ -140,51 +212,55 @@ def _memory_sampler(pid: int, spec: TrialSpec) -> TreeMemorySampler:
     return TreeMemorySampler(pid, capacity_gib=None, nvml_factory=lambda: None)
 
 
-def _job_id() -> str:
-    """This trial's submitit job id; empty outside a submitit job."""
-    import submitit
-
-    try:
-        return str(submitit.JobEnvironment().job_id)
-    except RuntimeError:
-        return ""
-
-
 def _follow(
-    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, enough: _Enough, limit: float, t0: float, rate: Any = None
+    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, enough: _Enough, limit: float, t0: float, rate: Any, stop: Any
 ) -> tuple[list[Any], bool, str]:
     """Read the log as it grows until the command ends, overruns its time, has measured enough, or is told to stop.
 
     The last element says why the command was stopped: "" (it ended by itself), _Enough.REASON, or racing's reason.
     """
     measurements: list[Any] = []
+    shown = 0
     while True:
         code = proc.poll()
-        new = parser.feed(tail.read_new())
-        if new:
-            measurements += new
+        new = [m for chunk in tail.drain() for m in parser.feed(chunk)]  # all that is new, not one chunk a poll
+        measurements += new
+        probed = enough.probe_timed()
+        if probed and len(probed) != shown:
+            shown = len(probed)
+            write_progress(trial_dir, progress_record(probed, throughput=enough.probe.rate(probed[-1]), throughput_unit=enough.probe.unit,
+                                                      measurements=shown, warmup_measurements=enough.probe.warmup_steps, measured_by="probe"))
+        elif new and not probed:
             _write_progress(trial_dir, measurements, enough, rate)
         if code is not None:
             return measurements, False, ""
         why = enough.reason_to_stop(measurements, trial_dir)
         if why:
-            _stop(proc)
+            stop()
             return measurements, False, why
         if time.monotonic() - t0 > limit:
-            _stop(proc)
+            stop()
             return measurements, True, ""
         time.sleep(0.2)
 
 
 class _Enough:
-    """When to stop the user's command: parser.stop_after figures after the warm-up if set, else once
-    core/measure.py's measured_enough_for holds for the measured figures; or when racing's stop.json appears."""
+    """When to stop the user's command: once core/measure.py's measured_enough_for holds for the probe's
+    timed steps; without them, parser.stop_after figures after the warm-up if set, else measured_enough_for
+    on the log's figures; or when racing's stop.json appears."""
 
     REASON = "measured enough"
 
-    def __init__(self, trial: Any, skip: int, stop_after: Any, timed: Any) -> None:
-        self.trial, self.skip, self.stop_after, self._timed = trial, skip, stop_after, timed
+    def __init__(self, trial: Any, skip: int, stop_after: Any, timed: Any, probe: Any = None) -> None:
+        self.trial, self.skip, self.stop_after, self._timed, self.probe = trial, skip, stop_after, timed, probe
         self._cached: tuple[int, list[float]] = (0, [])
+
+    def probe_timed(self) -> list[float]:
+        """The probe's timed steps so far (read at most every probed.READ_EVERY_S); [] without the probe."""
+        if self.probe is None:
+            return []
+        self.probe.poll()
+        return self.probe.timed()
 
     def timed(self, measurements: list[Any]) -> list[float]:
         """The measured step times so far; summarised once per new figure, not once per poll."""
@@ -193,6 +269,11 @@ class _Enough:
         return self._cached[1]
 
     def reason_to_stop(self, measurements: list[Any], trial_dir: Path) -> str:
+        probed = self.probe_timed()
+        if probed:
+            if measured_enough_for(probed, self.trial):
+                return self.REASON
+            return stop_requested(trial_dir) or ""
         times = self.timed(measurements)
         if self.stop_after is not None:
             if len(measurements) >= self.skip + int(self.stop_after):
@@ -258,14 +339,23 @@ def _write_progress(trial_dir: Path, measurements: list[Any], enough: _Enough, r
     write_progress(trial_dir, record)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+def _stop(proc: subprocess.Popen, tracker: TreeTracker) -> None:
+    """End the command and everything it started: its process group, then every descendant ever seen."""
+    import signal
+
+    if proc.poll() is None:  # once it is reaped, its pid (and group id) may be another's: the tracker has its group
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
+            os.killpg(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
         try:
-            proc.wait(timeout=wait)
-            return
+            proc.wait(timeout=3.0)
         except subprocess.TimeoutExpired:
-            continue
+            pass
+    tracker.stop()
+    end_processes(tracker.seen.items())
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
