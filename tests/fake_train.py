@@ -15,8 +15,8 @@ behaviour waits first, $FAULT_DURATION_S how long a throughput-printing run trai
     crash           a Python traceback (ValueError), exit 1
     segv, sigkill   killed by that signal, no traceback
     silent          exit 0 without printing any throughput
-    hang            never ends (its pid goes to hang.pid in the working directory)
-    truncated       leave a cut-off result.json in the trial dir (the working directory) and kill
+    hang            never ends (its pid goes to hang.pid in the trial dir, $SWEEP_TRIAL_DIR)
+    truncated       leave a cut-off result.json in the trial dir ($SWEEP_TRIAL_DIR) and kill
                     the trial process that would have written the real one: a torn record
     garbage         the same with bytes that are not even text
 """
@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 
+TRIAL_DIR = os.environ.get("SWEEP_TRIAL_DIR", ".")  # sweep tells every command its trial dir
 
 def encode(batch):  # the frame names match the built-in model's, which the phase patterns know
     raise RuntimeError(f"CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity) batch={batch}")
@@ -91,11 +92,11 @@ def main():
     if behaviour == "silent":
         return 0
     if behaviour == "hang":
-        with open("hang.pid", "w") as f:
+        with open(os.path.join(TRIAL_DIR, "hang.pid"), "w") as f:
             f.write(str(os.getpid()))
         time.sleep(3600)
     if behaviour in ("truncated", "garbage"):
-        with open("result.json", "wb") as f:
+        with open(os.path.join(TRIAL_DIR, "result.json"), "wb") as f:
             f.write(b'{"accum": %d, "split": %d, "status": "o' % (args.accum, args.split) if behaviour == "truncated" else b"\x80\xff\x00{")
         os.kill(os.getppid(), signal.SIGKILL)  # the trial process: it never writes its own record
         return 1

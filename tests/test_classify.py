@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sweep.core.schema import FINISHED_STATUSES, OOM_PHASES
-from sweep.parsers import MAX_REASON_CHARS, classify_failure, compile_phase_patterns, no_throughput_reason
+from sweep.parsers import (
+    MAX_REASON_CHARS,
+    KillEvidence,
+    classify_failure,
+    compile_phase_patterns,
+    no_throughput_reason,
+)
 
 SITE = "/usr/local/lib/python3.11/site-packages"
 RNNT = "/opt/sweep/src/sweep/workloads/rnnt.py"
@@ -216,17 +222,19 @@ CASES = [
     ("python-memoryerror", PY_MEMORY_ERROR, 1, None, "oom", "encoder", "MemoryError"),
     ("numpy-memoryerror", NUMPY_MEMORY_ERROR, 1, None, "oom", None, "_ArrayMemoryError"),
     ("nccl-cuda-oom", NCCL_OOM, 1, None, "oom", "optimizer", "Cuda failure 'out of memory'"),
-    ("oom-killer-137", PROGRESS, 137, None, "oom", None, "killed by SIGKILL (exit status 137)"),
-    ("oom-killer-sigkill", PROGRESS, None, 9, "oom", None, "OOM killer"),
-    ("oom-killer-subprocess", PROGRESS + "Killed\n", -9, None, "oom", None, "exit status -9"),
+    # A SIGKILL alone is not an OOM: anyone may send one (see test_a_kill_is_an_oom_only_on_evidence).
+    ("sigkill-137", PROGRESS, 137, None, "failed", None,
+     "killed by SIGKILL (exit status 137) with no sign of running out of memory (no memory evidence could be read)"),
+    ("sigkill-signal", PROGRESS, None, 9, "failed", None, "killed by SIGKILL with no sign of running out of memory"),
+    ("sigkill-subprocess", PROGRESS + "Killed\n", -9, None, "failed", None, "exit status -9) with no sign"),
     ("137-with-traceback", EXIT_137_WITH_ERROR, 137, None, "failed", None, "ValueError: /data/train.json"),
     ("kernel-oom-lines", KERNEL_OOM, 1, None, "oom", None, "Out of memory: Killed process 4321"),
     ("slurm-oom-kill", SLURM_OOM, 125, None, "oom", None, "task 0: Out Of Memory"),
     ("slurm-oom_kill-event", SLURM_OOM_KILL_EVENT, 1, None, "oom", None, "oom_kill event"),
     ("sacct-out-of-memory", SACCT_OOM, None, None, "oom", None, "OUT_OF_MEMORY"),
-    ("torchrun-child-sigkill", TORCHRUN_CHILD_SIGKILL, 1, None, "oom", None,
-     "traceback : Signal 9 (SIGKILL) received by PID 1234 with no Python error"),
-    ("dataloader-worker-killed", DATALOADER_KILLED, 1, None, "oom", None, "DataLoader worker (pid 5678)"),
+    ("torchrun-child-sigkill", TORCHRUN_CHILD_SIGKILL, 1, None, "failed", None,
+     "traceback : Signal 9 (SIGKILL) received by PID 1234 with no sign of running out of memory"),
+    ("dataloader-worker-killed", DATALOADER_KILLED, 1, None, "failed", None, "DataLoader worker (pid 5678)"),
     ("nccl-error", NCCL_ERROR, 1, None, "failed", None, "rank 1: torch.distributed.DistBackendError: NCCL error"),
     ("nccl-warn-abort", NCCL_WARN_ABORT, -6, None, "failed", None, "SIGABRT (exit status -6): terminate called"),
     ("generic-crash", GENERIC_CRASH, 1, None, "failed", None, "KeyError: 'audio'"),
@@ -261,6 +269,116 @@ def test_classification_table(
     assert len(got.reason) <= MAX_REASON_CHARS
     if status == "ok":
         assert got.reason == ""
+
+
+KILLS = [  # (id, tail, exit_code, signal): each way a kill shows up
+    ("exit-137", PROGRESS, 137, None),
+    ("signal-9", PROGRESS, None, 9),
+    ("bash-killed-line", PROGRESS + "train.sh: line 3: 12345 Killed    python train.py\n", 1, None),
+    ("torchrun-child", TORCHRUN_CHILD_SIGKILL, 1, None),
+    ("dataloader-worker", DATALOADER_KILLED, 1, None),
+]
+EVIDENCE = [  # (evidence, status, text the reason must contain)
+    (None, "failed", "with no sign of running out of memory (no memory evidence could be read)"),
+    (KillEvidence(), "failed", "no memory evidence could be read"),
+    # The issue's case: a kill at a sampled peak of 0.014 of the host was called the OOM killer.
+    (KillEvidence(oom_kills=0, kernel_oom=False, peak_fraction=0.014), "failed",
+     "with no sign of running out of memory (the cgroup's oom_kill count did not rise; "
+     "the kernel log names no OOM kill of it; sampled peak 0.014 of capacity)"),
+    (KillEvidence(peak_fraction=0.89), "failed", "sampled peak 0.89 of capacity"),
+    (KillEvidence(oom_kills=1), "oom", "out of memory (the cgroup's oom_kill count rose by 1)"),
+    (KillEvidence(kernel_oom=True, peak_fraction=0.3), "oom", "the kernel log names it as OOM-killed"),
+    (KillEvidence(oom_kills=0, peak_fraction=0.93), "oom", "sampled peak 0.93 of capacity"),
+]
+
+
+@pytest.mark.parametrize("evidence,status,reason", EVIDENCE)
+@pytest.mark.parametrize("tail,exit_code,sig", [k[1:] for k in KILLS], ids=[k[0] for k in KILLS])
+def test_a_kill_is_an_oom_only_on_evidence(
+    tail: str, exit_code: int | None, sig: int | None, evidence: KillEvidence | None, status: str, reason: str
+) -> None:
+    got = classify_failure(tail, exit_code, sig, kill_evidence=evidence)
+    assert (got.status, got.oom_phase) == (status, None), got.reason
+    assert reason in got.reason
+
+
+def test_evidence_of_an_oom_kill_without_a_kill_line() -> None:
+    """A launcher that exits 1 after its child vanished: the cgroup's record is enough."""
+    got = classify_failure(PROGRESS + "worker exited unexpectedly\n", 1, kill_evidence=KillEvidence(oom_kills=2))
+    assert got.status == "oom" and got.reason == "exit status 1: out of memory (the cgroup's oom_kill count rose by 2)"
+
+
+def test_evidence_does_not_override_a_python_error() -> None:
+    got = classify_failure(GENERIC_CRASH, 1, kill_evidence=KillEvidence(peak_fraction=0.95))
+    assert (got.status, got.reason) == ("failed", "KeyError: 'audio'")
+
+
+# issue 30: the exception that ended the process decides, not the first OOM-looking line.
+CAUGHT_OOM_THEN_MISSING_FILE = PROGRESS + "WARNING: CUDA out of memory at batch 256; retrying with 128\n" + traceback(
+    *OUTER, (TRAIN, 60, "load_manifest", "with open(path) as f:"),
+    error="FileNotFoundError: [Errno 2] No such file or directory: '/data/dev.json'",
+)
+OOM_TRACEBACK_THEN_MISSING_FILE = JOINT_OOM + "retrying the step on the CPU\n" + traceback(
+    *OUTER, (TRAIN, 60, "load_manifest", "with open(path) as f:"),
+    error="FileNotFoundError: [Errno 2] No such file or directory: '/data/dev.json'",
+)
+OOM_RERAISED_FROM = JOINT_OOM + "\nThe above exception was the direct cause of the following exception:\n\n" + traceback(
+    *OUTER, error="RuntimeError: training step 17 failed",
+)
+OOM_THEN_HANDLER_FAILED = JOINT_OOM + "\nDuring handling of the above exception, another exception occurred:\n\n" + traceback(
+    *OUTER, (TRAIN, 70, "save_checkpoint", "torch.save(state, path)"),
+    error="OSError: [Errno 28] No space left on device",
+)
+# The block torch prints by default when NCCL cannot allocate (torch >= 2.2 prefixes each rank's lines).
+NCCL_CUDA_FAILURE_2 = "".join(
+    f"[rank0]: {line}\n"
+    for line in traceback(
+        (TRAIN, 150, "train_step", "dist.all_reduce(grads)"),
+        (f"{SITE}/torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
+        (f"{SITE}/torch/distributed/distributed_c10d.py", 2501, "all_reduce", "work = group.allreduce([tensor], opts)"),
+        error="torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:"
+        "317, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 2 'out of memory'",
+    ).splitlines()
+)
+RANK1_OOM_THEN_OTHERS_FAIL = (
+    "".join(f"[rank1]: {line}\n" for line in JOINT_OOM.splitlines())
+    + "".join(f"[rank0]: {line}\n" for line in traceback(
+        *OUTER, (f"{SITE}/torch/distributed/distributed_c10d.py", 2288, "all_reduce", "work = group.allreduce([t])"),
+        error="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+        "[10.0.0.2]:43211",
+    ).splitlines())
+    + "".join(f"[rank2]: {line}\n" for line in traceback(
+        *OUTER, error="torch.distributed.elastic.multiprocessing.api.SignalException: Process 1236 got signal: 15",
+    ).splitlines())
+    + traceback(
+        (f"{SITE}/torch/distributed/launcher/api.py", 263, "launch_agent", "raise ChildFailedError("),
+        error="torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    )
+    + "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 1235)\n"
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+)
+RANK1_OOM_RANK0_OWN_ERROR = (
+    "".join(f"[rank1]: {line}\n" for line in "WARNING: CUDA out of memory; skipping batch 12\n".splitlines())
+    + "".join(f"[rank0]: {line}\n" for line in GENERIC_CRASH.splitlines())
+)
+
+ENDING_CASES = [
+    ("caught-oom-then-missing-file", CAUGHT_OOM_THEN_MISSING_FILE, "failed", None, "FileNotFoundError"),
+    ("oom-traceback-then-missing-file", OOM_TRACEBACK_THEN_MISSING_FILE, "failed", None, "FileNotFoundError"),
+    ("oom-reraised-from", OOM_RERAISED_FROM, "oom", "joint", "torch.OutOfMemoryError"),
+    ("oom-then-handler-failed", OOM_THEN_HANDLER_FAILED, "oom", "joint", "torch.OutOfMemoryError"),
+    ("nccl-cuda-failure-2", NCCL_CUDA_FAILURE_2, "oom", "optimizer", "rank 0: Cuda failure 2 'out of memory'"),
+    ("rank1-oom-others-fail-after", RANK1_OOM_THEN_OTHERS_FAIL, "oom", "joint", "rank 1: torch.OutOfMemoryError"),
+    ("rank1-caught-oom-rank0-own-error", RANK1_OOM_RANK0_OWN_ERROR, "failed", None, "rank 0: KeyError: 'audio'"),
+]
+
+
+@pytest.mark.parametrize("tail,status,phase,reason", [c[1:] for c in ENDING_CASES], ids=[c[0] for c in ENDING_CASES])
+def test_the_exception_that_ended_the_process_decides(tail: str, status: str, phase: str | None, reason: str) -> None:
+    got = classify_failure(tail, 1)
+    assert (got.status, got.oom_phase) == (status, phase), got.reason
+    assert reason in got.reason
 
 
 def test_long_reasons_are_cut_to_one_line() -> None:

@@ -33,11 +33,12 @@ def test_every_outcome_is_classified_and_the_sweep_goes_on(tmp_path):
         8: ("timeout", ""),
         16: ("failed", ""),
         32: ("failed", ""),
-        64: ("oom", ""),  # SIGKILL with no traceback: the kernel's OOM killer
+        64: ("failed", ""),  # a SIGKILL with no sign of running out of memory is not an OOM (issue 30)
     }
     assert {a: (r["status"], r["oom_phase"]) for a, r in rows.items()} == expected, proc.stdout
     assert "bad shard" in rows[16]["reason"]
     assert "printed no throughput" in rows[32]["reason"]
+    assert "no sign of running out of memory" in rows[64]["reason"]
     for r in rows.values():
         assert Path(r["log"]).exists() and "\n" not in r["reason"]
     assert proc.returncode == 1  # nothing ran ok: no recommendation
@@ -76,13 +77,21 @@ def test_env_placeholders_reach_the_command_and_values_cannot_inject(tmp_path):
     [
         ('workload.argv=["python","--x={nope}"]', "uses placeholder {nope}: valid placeholders are {accum}"),
         ('workload.argv=["python","--x={accum:>5}"]', "uses placeholder {accum:>5}"),
-        ('workload.argv=["no-such-trainer-xyz"]', "workload.argv[0]='no-such-trainer-xyz' is not an executable on PATH"),
+        ('workload.argv=["no-such-trainer-xyz","--b={accum}"]', "workload.argv[0]='no-such-trainer-xyz' is not an executable on PATH"),
         ("workload.argv=[]", "workload.argv is empty"),
+        # issue 29: every pair would run the same command
+        ('workload.argv=["python","train.py","--steps=3"]', "use none of {accum}, {split}, {per_device_batch}, {joint_batch}"),
+        # issue 29: a relative script is looked for where sweep starts (the trial dir is never the cwd)
+        ('workload.argv=["python","no_such_train.py","--b={accum}"]', "names 'no_such_train.py', which is not a file in"),
+        ('workload.argv=["torchrun","--nproc_per_node={num_devices}","missing/train.py","--b={accum}"]', "names 'missing/train.py'"),
+        ('workload.cwd=/no/such/dir', "workload.cwd='/no/such/dir' is not a directory"),
         ("workload.parser.type=csv", "parser.type='csv' is not supported"),
     ],
 )
-def test_bad_command_templates_fail_in_one_line_before_launch(tmp_path, override, message):
-    proc = run_sweep([f"hydra.sweep.dir={tmp_path / 's'}", "workload=command", 'workload.argv=["python"]', override], cwd=tmp_path)
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_bad_command_templates_fail_in_one_line_before_launch(tmp_path, override, message, dry_run):
+    args = [f"hydra.sweep.dir={tmp_path / 's'}", "workload=command", 'workload.argv=["python","--b={accum}"]', override]
+    proc = run_sweep([*args, *(["dry_run=true"] if dry_run else [])], cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout
     assert message in proc.stderr and proc.stderr.count("\n") == 1
     assert not (tmp_path / "s").exists()

@@ -106,6 +106,14 @@ class TrialResult:
     finished_at: str = ""
     stopped_early: str = ""  # why racing stopped it (it could not beat the leader); empty if it ran its course
     fingerprint: str = ""  # the sweep configuration it measured under (core/fingerprint.py); empty: unknown
+    # Issue 29: who measured it and what the probe saw (defaults: records written before the probe).
+    measured_by: str = ""  # "probe" (inside the trained process, sweep.probe) or "log" (parsed from its output); "": unknown
+    oom_module: str = ""  # module path running at the OOM (e.g. "encoder.lstm", "optimizer:Adam"), when the probe saw it
+    # Each step's reserved peak in GiB, warm-up included, in order: CUDA's allocator reserved peak; on CPU
+    # the address-space peak (VmPeak, what the emulated budget counts, never reset) or else the resident peak.
+    step_peak_reserved_gib: list[float] = field(default_factory=list)
+    peak_step: int | None = None  # the step (0: the first, warm-up included) the peak was reached in
+    ranks_seen: int | None = None  # processes (ranks) the probe recorded steps from
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -161,7 +169,7 @@ def _field_kinds() -> dict[str, tuple[str, bool]]:
     kinds = {}
     for f in dataclasses.fields(TrialResult):
         parts = [p.strip() for p in str(f.type).split("|")]
-        if parts[0] in _KIND_OF_ANNOTATION:  # step_times_s (a list) is checked on its own
+        if parts[0] in _KIND_OF_ANNOTATION:  # the lists (step_times_s, step_peak_reserved_gib) are checked on their own
             kinds[f.name] = (_KIND_OF_ANNOTATION[parts[0]], "None" in parts)
     return kinds
 
@@ -188,9 +196,10 @@ def _wrong_types(data: dict[str, Any]) -> str:
             continue
         if not _is_kind(data[name], kind):
             return f"{name}={data[name]!r} is not {kind}"
-    times = data.get("step_times_s", [])
-    if not isinstance(times, list) or not all(_is_kind(t, _NUM) for t in times):
-        return f"step_times_s={times!r} is not a list of numbers"
+    for name in ("step_times_s", "step_peak_reserved_gib"):
+        values = data.get(name, [])
+        if not isinstance(values, list) or not all(_is_kind(v, _NUM) for v in values):
+            return f"{name}={values!r} is not a list of numbers"
     return ""
 
 

@@ -13,14 +13,12 @@ import inspect
 import json
 import math
 import os
-import subprocess
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import psutil
 import submitit
-import submitit.local.local
 from submitit.core.utils import JobPaths
 from submitit.slurm.slurm import SlurmInfoWatcher
 
@@ -72,36 +70,26 @@ class SweepSlurmExecutor(submitit.SlurmExecutor):
     job_class = SweepSlurmJob
 
 
-class _SubprocessInNewSession:
-    """What submitit's local module sees as `subprocess` while it starts a job controller:
-    the same module, but Popen starts the controller in a session of its own."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(subprocess, name)
-
-    @staticmethod
-    def Popen(*args: Any, **kwargs: Any) -> subprocess.Popen:  # noqa: N802 - stands in for subprocess.Popen
-        kwargs.setdefault("start_new_session", True)
-        return subprocess.Popen(*args, **kwargs)
-
-
 class SweepLocalExecutor(submitit.LocalExecutor):
-    """A LocalExecutor whose job controllers run in a session of their own.
+    """A LocalExecutor whose job controllers never see the terminal's Ctrl-C.
 
     In submitit's, they share the sweep's process group, so a Ctrl-C on the terminal reaches
     each controller too: each prints a KeyboardInterrupt traceback over the sweep's output and
-    its trial dies before the sweep can record it. Here the terminal's signals reach the sweep
+    its trial dies before the sweep can record it. Here SIGINT is blocked (not ignored: a Ctrl-C
+    landing meanwhile waits for the sweep) while a controller starts; the blocked mask is
+    inherited by the controller and its task, and the task (sweep.launch.job) leaves the
+    terminal's session before it unblocks SIGINT. The terminal's signals thus reach the sweep
     alone, which stops its jobs itself (cancel_job) and prints its one-line resume hint.
     """
 
     def _submit_command(self, command: str) -> Any:
-        local = submitit.local.local
-        saved = local.subprocess
-        local.subprocess = _SubprocessInNewSession()  # type: ignore[assignment]
+        import signal
+
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             return super()._submit_command(command)
         finally:
-            local.subprocess = saved
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _queue_confs() -> dict[str, Any]:
@@ -169,20 +157,39 @@ def make_executor(launcher: dict[str, Any], time_limit_s: float, folder: str | N
     return executor
 
 
-def check_task_layout(launcher: dict[str, Any], num_devices: int) -> None:
-    """A trial is one job with one task per device: tasks_per_node x nodes must be num_devices.
+def check_task_layout(launcher: dict[str, Any], num_devices: int, nodes: int | None = None, *, one_launcher_per_node: bool = False) -> dict[str, Any]:
+    """The launcher's task layout for a trial, checked before anything is submitted.
 
-    Anything else would start too few ranks (the trial measures part of the machine) or
-    too many (the trial refuses to start), only once the job runs on the cluster.
+    The built-in workload runs one task per device: tasks_per_node x nodes must be num_devices, or
+    the trial would measure part of the machine (too few ranks) or refuse to start (too many), only
+    once the job runs on the cluster. A command runs one launcher per node (torchrun, deepspeed,
+    accelerate start the ranks from {num_devices}): the machine presets' one-task-per-device layout
+    becomes one task per node, given the CPUs those tasks had between them; any other
+    tasks_per_node is refused. Returns the launcher with that layout.
     """
-    tasks, nodes = int(launcher.get("tasks_per_node") or 1), int(launcher.get("nodes") or 1)
+    tasks, launcher_nodes = int(launcher.get("tasks_per_node") or 1), int(launcher.get("nodes") or 1)
     devices = int(num_devices)
-    if tasks * nodes != devices:
-        hint = f"hydra.launcher.tasks_per_node={devices // nodes}" if devices % nodes == 0 else "machine.num_devices a multiple of machine.nodes"
+    if one_launcher_per_node:
+        per_node = max(1, devices // max(1, int(nodes or launcher_nodes)))
+        if tasks not in (1, per_node):
+            raise SweepError(
+                f"hydra.launcher.tasks_per_node={tasks}: a command trial runs one launcher per node, which starts the "
+                f"command's {per_node} rank(s) per node itself (e.g. torchrun --nproc_per_node={{num_devices}}); set hydra.launcher.tasks_per_node=1"
+            )
+        layout = {**launcher, "tasks_per_node": 1}
+        if tasks > 1 and launcher.get("cpus_per_task"):
+            layout["cpus_per_task"] = int(launcher["cpus_per_task"]) * tasks
+        return layout
+    if tasks * launcher_nodes != devices:
+        hint = (
+            f"hydra.launcher.tasks_per_node={devices // launcher_nodes}"
+            if devices % launcher_nodes == 0 else "machine.num_devices a multiple of machine.nodes"
+        )
         raise SweepError(
-            f"hydra.launcher.tasks_per_node={tasks} x hydra.launcher.nodes={nodes} = {tasks * nodes} tasks, "
+            f"hydra.launcher.tasks_per_node={tasks} x hydra.launcher.nodes={launcher_nodes} = {tasks * launcher_nodes} tasks, "
             f"but machine.num_devices={devices}: a trial runs one task per device; set {hint}"
         )
+    return launcher
 
 
 def job_log(job: Any) -> str:
@@ -211,6 +218,9 @@ def remember_job(trial_dir: Path, job: Any, cluster: str) -> None:
         "num_tasks": int(getattr(job, "num_tasks", 1) or 1),
         "submitted_at": now_iso(),
     }
+    if cluster == "local" and str(job.job_id).isdigit():
+        # Who the pid is: a later process that gets the same pid is not this trial's controller.
+        record["create_time"] = _create_time(int(job.job_id))
     atomic_write_text(Path(trial_dir) / JOB_FILE, json.dumps(record) + "\n")
 
 
@@ -227,7 +237,7 @@ def reattach(trial_dir: Path, executor_folder: str) -> Any | None:
         job = SweepSlurmJob(folder=executor_folder, job_id=job_id, tasks=tasks)
         # Queued, running, or requeued after a preemption: still this trial's job.
         return None if job.done(force_check=True) else job
-    if cluster == "local" and job_id.isdigit() and _local_job_alive(int(job_id)):
+    if cluster == "local" and job_id.isdigit() and _local_job_alive(int(job_id), executor_folder, record.get("create_time")):
         return _LocalOrphan(executor_folder, job_id)
     # An orchestrator killed between submitting a local job and writing its job.json leaves a
     # running job that only the submitit folder knows: follow it rather than run the trial twice.
@@ -241,7 +251,7 @@ def _unrecorded_local_job(trial_dir: Path, executor_folder: str) -> Any | None:
     for proc in psutil.process_iter(["pid"]):
         job_id = str(proc.info["pid"])
         pickle = JobPaths(executor_folder, job_id=job_id).submitted_pickle
-        if not pickle.exists() or not _local_job_alive(proc.info["pid"]):
+        if not pickle.exists() or not _local_job_alive(proc.info["pid"], executor_folder):
             continue
         try:
             spec = DelayedSubmission.load(pickle).args[0]
@@ -264,85 +274,82 @@ class _LocalOrphan:
         self.state = "RUNNING"
 
     def done(self, force_check: bool = False) -> bool:
-        if _local_job_alive(int(self.job_id)):
+        if _local_job_alive(int(self.job_id), str(self.paths.folder)):
             return False
         self.state = "FINISHED"
         return True
 
     def cancel(self, check: bool = True) -> None:
-        import signal
-
-        try:
-            os.kill(int(self.job_id), signal.SIGINT)
-        except ProcessLookupError:
-            pass
+        cancel_job(self, "local")
 
 
-def _local_job_alive(pid: int) -> bool:
-    """A live submitit local job (its controller), not some process that got the pid later."""
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _local_job_alive(pid: int, folder: str | None = None, create_time: float | None = None) -> bool:
+    """A live submitit local job controller of this executor folder (and, when known, started at
+    create_time), not some process that got the pid later: another sweep's controller included."""
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:  # ended, though the pid exists
             return False
-        return "submitit" in " ".join(proc.cmdline())
+        if create_time is not None and abs(proc.create_time() - float(create_time)) > 0.01:
+            return False
+        cmdline = proc.cmdline()
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:
-        return True  # someone else's process we cannot inspect: trust the pid
+        return create_time is not None  # someone else's process we cannot inspect: trust a recorded identity only
+    if "submitit.local._local" not in cmdline:
+        return False
+    return folder is None or _same_path(cmdline[-1], folder)
+
+
+def _same_path(a: str, b: str) -> bool:
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
 
 
 def cancel_job(job: Any, cluster: str) -> None:
-    """Stop a job; on this host, also every process group its trial started.
+    """Stop a job; on this host, its whole process tree, escalating until it has ended.
 
-    A command trial runs the user's command in a session of its own (so that its own
-    timeout can stop the whole tree); cancelling the job stops the trial's process but
-    not that session, which would run on, holding its devices, after the sweep ended.
-    A local job's tasks get the SIGINT (not the submitit controller above them, which
-    would print its own KeyboardInterrupt traceback onto the sweep's terminal).
+    A local job's task gets a SIGINT (its trial stops the command and everything the command
+    started; not the controller, whose SIGINT stays blocked); a stopped (SIGSTOP) process
+    cannot act on it, so everything first gets SIGCONT, and what is still there after a grace
+    gets SIGTERM, then SIGKILL (sweep.launch.tree.end_processes, in the background so the
+    sweep's loop goes on). A controller that has no task yet has nothing to hand a SIGINT on
+    to and is killed outright.
     """
     if cluster != "local" or not str(job.job_id).isdigit():
         job.cancel(check=False)
         return
     import signal
-    import threading
 
-    tasks, groups = local_tree(int(job.job_id))
-    for pid in tasks:
-        try:
-            os.kill(pid, signal.SIGINT)
-        except OSError:
-            pass
-    if not tasks:
-        _stop_controller_before_its_tasks(int(job.job_id), job)
-    if groups:
-        _signal_groups(groups, signal.SIGTERM)
-        timer = threading.Timer(5.0, _signal_groups, (groups, signal.SIGKILL))
-        timer.daemon = True
-        timer.start()
+    from sweep.launch.tree import end_in_background, identity
 
-
-def _stop_controller_before_its_tasks(pid: int, job: Any) -> None:
-    """A controller still starting (no task yet) has nothing to hand a SIGINT on to: it would die
-    with a KeyboardInterrupt traceback on the sweep's terminal, its inherited stderr. It leads a
-    process group of its own (SweepLocalExecutor), so the group is killed: a task started in the
-    meantime goes with it."""
-    import signal
-
+    root = int(job.job_id)
     try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signal.SIGKILL)
-            return
-    except OSError:
-        return  # already gone
-    job.cancel(check=False)
-
-
-def _signal_groups(groups: list[int], sig: int) -> None:
-    for pgid in groups:
+        controller = psutil.Process(root)
+        tasks = controller.children()
+        everything = [controller, *controller.children(recursive=True)]
+    except psutil.Error:
+        return
+    if not tasks:
         try:
-            os.killpg(pgid, sig)
-        except OSError:
+            controller.kill()
+        except psutil.Error:
             pass
+        return
+    # Tasks first (they end their commands in order), the rest of the tree after a grace.
+    end_in_background([i for i in map(identity, tasks) if i], signal.SIGINT)
+    rest = [i for i in map(identity, everything) if i and i[0] not in {t.pid for t in tasks}]
+    end_in_background(rest, signal.SIGCONT)
 
 
 def local_tree(root: int) -> tuple[list[int], list[int]]:

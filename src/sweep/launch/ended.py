@@ -22,6 +22,8 @@ from sweep.parsers.tail import read_tail
 def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: bool, cancelled: bool, wall_s: float) -> TrialResult:
     """The record of a job that has ended: the trial's own result.json, else one built from the
     job's state and log, which goes to ended.json (the trial's file is the trial's alone)."""
+    if not isinstance(job, submitit.SlurmJob):
+        _end_leftovers(Path(trial_dir))
     log = job_log(job)
     path = Path(trial_dir) / RESULT_FILE
     broken = ""
@@ -50,6 +52,18 @@ def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: b
     )
     write_ended(res, trial_dir)
     return res
+
+
+def _end_leftovers(trial_dir: Path) -> None:
+    """A local job killed outright (its trial could not end its command) leaves the command's processes
+    running beside the next trial: end every one the trial recorded that is still the same process."""
+    import signal
+
+    from sweep.launch.tree import end_in_background, recorded, same_process
+
+    alive = [(pid, t) for pid, t in recorded(trial_dir) if same_process(pid, t) is not None]
+    if alive:
+        end_in_background(alive, signal.SIGTERM)
 
 
 def forget_ended(trial_dir: Path) -> None:

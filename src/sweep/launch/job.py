@@ -29,6 +29,7 @@ class TrialJob(Checkpointable):
     def __call__(self, spec: TrialSpec) -> TrialResult:
         from sweep import workloads
 
+        _leave_the_terminal()
         _threads_from_slurm()
         try:
             return workloads.get(spec.workload.name).run(spec)
@@ -51,6 +52,27 @@ class TrialJob(Checkpointable):
 
 
 run_job = TrialJob()
+
+
+def _leave_the_terminal() -> None:
+    """A local job's task leaves the terminal's session, then takes SIGINT again.
+
+    SweepLocalExecutor starts controllers with SIGINT blocked, so a Ctrl-C on the terminal
+    reaches the sweep alone; the task inherits that mask. In a session of its own it can take
+    SIGINT again without the terminal's reaching it: the sweep's cancel_job stops it with one.
+    A Ctrl-C that came while it was blocked was the terminal's, meant for the sweep: dropped.
+    """
+    import signal
+
+    if os.environ.get("SUBMITIT_EXECUTOR") != "local" or signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set()):
+        return
+    try:
+        os.setsid()
+    except OSError:
+        pass  # already a session leader
+    if signal.SIGINT in signal.sigpending():
+        signal.sigtimedwait({signal.SIGINT}, 0)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _threads_from_slurm() -> None:

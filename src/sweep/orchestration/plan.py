@@ -143,10 +143,14 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     # Typed from here on: the composed nodes become their schemas' dataclasses.
     machine = _typed(cfg.machine, MachineConfig)
     trial = _typed(cfg.trial, TrialConfig)
-    workload = _typed(cfg.workload, workload_kind.schema)
+    as_configured = _typed(cfg.workload, workload_kind.schema)
+    # What only this host knows (the start directory) goes into the plan; the fingerprint keeps the
+    # configured value, so a sweep resumed from another directory is still the same sweep.
+    workload = workload_kind.at_edge(as_configured)
 
     _check_machine(machine)
-    check_task_layout(launcher, machine.num_devices)  # one task per device, before anything is submitted
+    # One task per device, or one launcher per node for a workload whose own launcher starts the ranks.
+    launcher = check_task_layout(launcher, machine.num_devices, machine.nodes, one_launcher_per_node=workload_kind.one_launcher_per_node)
     # Resolved before the fingerprint, so that a sweep records (and a rerun compares) the margin it used.
     trial = replace(trial, memory_margin=memory_margin(trial, machine))
     _check_trial(trial)
@@ -155,7 +159,10 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     if not workload_kind.splits_apply(workload):
         # The script has no batch_split_factor: the space is accum alone.
         if any(v != 1 for v in swept.get("split", [])) or _plain(cfg.split) not in (None, 1, [1]):
-            raise SweepError("split cannot be swept: this workload sets splits_apply=false (its script has no batch_split_factor); drop split=")
+            raise SweepError(
+                "split cannot be swept: this workload sets splits_apply=false or its command uses neither {split} nor {joint_batch} "
+                "(its script has no batch_split_factor); drop split="
+            )
         swept["split"] = [1]
     max_in_flight = _positive("max_in_flight", cfg.max_in_flight)
     search = str(cfg.search.name)
@@ -182,7 +189,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
 
     values = fingerprint_values(
         machine=asdict(machine),
-        workload=asdict(workload),
+        workload=asdict(as_configured),
         trial=asdict(trial),
         global_batch_size=int(cfg.global_batch_size),
         num_devices=int(machine.num_devices),

@@ -37,6 +37,45 @@ class Classification:
     reason: str  # one line, at most MAX_REASON_CHARS; "" for ok
 
 
+# A sampled peak at or above this fraction of the capacity makes a SIGKILL an OOM. The sampler
+# polls (every 0.2 s for a command), so the true peak is at least the sampled one and usually
+# above it: a step that was sampled at 90% can reach the limit between two samples. Below that,
+# a kill needs a jump of over a tenth of the device (or host) between samples, which the cgroup's
+# or the kernel's own record would show; without that record the kill is not called an OOM.
+OOM_PEAK_FRACTION = 0.9
+
+
+@dataclass(frozen=True)
+class KillEvidence:
+    """What the launcher could find out about memory when something in the trial was SIGKILLed.
+
+    None in a field means that source could not be read, which is not evidence either way.
+    """
+
+    oom_kills: int | None = None  # the cgroup's memory.events oom_kill count rose during the trial by this much
+    kernel_oom: bool | None = None  # the kernel log names this process tree as OOM-killed
+    peak_fraction: float | None = None  # sampled peak / capacity
+
+    def shows_oom(self) -> bool:
+        """True when any source says the memory ran out."""
+        return bool(self.oom_kills) or self.kernel_oom is True or (
+            self.peak_fraction is not None and self.peak_fraction >= OOM_PEAK_FRACTION
+        )
+
+    def describe(self) -> str:
+        """The evidence as a phrase, for a reason line."""
+        parts = []
+        if self.oom_kills is not None:
+            parts.append(f"the cgroup's oom_kill count rose by {self.oom_kills}" if self.oom_kills > 0
+                         else "the cgroup's oom_kill count did not rise")
+        if self.kernel_oom is not None:
+            parts.append("the kernel log names it as OOM-killed" if self.kernel_oom
+                         else "the kernel log names no OOM kill of it")
+        if self.peak_fraction is not None:
+            parts.append(f"sampled peak {self.peak_fraction:.2g} of capacity")
+        return "; ".join(parts) or "no memory evidence could be read"
+
+
 # Searched in each traceback frame line, `File "<path>", line <n>, in <function>`,
 # so a pattern can name a function (", in joint$") or a module path.
 # Defaults: the built-in RNN-T step's functions plus common generic names.
@@ -96,7 +135,7 @@ _DEVICE_OOM = re.compile(
     r"|CUDNN_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_ENOUGH_WORKSPACE"
     r"|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
     r"|^(?:[A-Za-z_][\w.]*\.)?_?\w*MemoryError\b"  # Python's MemoryError, numpy's _ArrayMemoryError
-    r"|Cuda failure '?out of memory|Failed to CUDA calloc"  # NCCL buffers
+    r"|Cuda failure (?:\d+ )?'?out of memory|Failed to CUDA calloc"  # NCCL's WARN, old and new (with the code)
     r"|RESOURCE_EXHAUSTED: Out of memory|ResourceExhaustedError",
     re.IGNORECASE,
 )
@@ -107,14 +146,15 @@ _HOST_OOM = re.compile(
     r"|Memory cgroup out of memory"
     r"|\bOUT_OF_MEMORY\b"
     r"|task \d+: Out Of Memory"  # srun
-    r"|exceeded (?:job |step )?memory limit"
-    r"|is killed by signal: Killed",  # a DataLoader worker
+    r"|exceeded (?:job |step )?memory limit",
     re.IGNORECASE,
 )
 _SLURM_STOP = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?P<why>.*?)\*\*\*")
-# Something was SIGKILLed: without a Python error, that is almost always the OOM killer.
+# Something was SIGKILLed. The OOM killer is one sender among several (a user, a scheduler,
+# a watchdog), so a kill is an OOM only with KillEvidence that says so.
 _KILLED = re.compile(
     r"Signal 9 \(SIGKILL\) received"  # torchrun's summary of a failed rank
+    r"|is killed by signal: Killed"  # a DataLoader worker
     r"|exitcode\s*:\s*-9\b"
     r"|terminated with signal SIGKILL"  # torch.multiprocessing.spawn
     r"|^(?:.*: line \d+: +)?\d+ Killed\b"  # bash: "line 3: 12345 Killed   python train.py"
@@ -123,6 +163,18 @@ _KILLED = re.compile(
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*_?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b(?::.*)?$")
 # Launchers' exceptions that only say a child failed; the child's own error says why.
 _WRAPPER = re.compile(r"ChildFailedError|CalledProcessError|ProcessRaisedException|ProcessExitedException")
+# What follows an OOM because of it: the ranks that did not run out fail in their next
+# collective (NCCL, gloo, the c10d store, the watchdog), torchrun stops the rest with a
+# signal, a launcher reports its child, DataLoader workers lose their parent.
+_CONSEQUENCE = re.compile(
+    r"DistBackendError|DistNetworkError|DistStoreError|NCCL (?:error|communicator)|\bnccl\w*Error"
+    r"|Watchdog caught collective|ProcessGroup(?:NCCL|Gloo)|\bgloo\b|\[c10d\]"
+    r"|Connection (?:closed|reset) by peer|ConnectionResetError|BrokenPipeError|SignalException"
+)
+_CHAINED = re.compile(
+    r"^(?:The above exception was the direct cause of the following exception"
+    r"|During handling of the above exception, another exception occurred):"
+)
 _STOPPED = re.compile(r"^(?:[\w.]+\.)?(?:KeyboardInterrupt|SignalException)\b")
 _ERRORISH = re.compile(
     r"error|fatal|NCCL WARN|segmentation fault|terminate called|what\(\)|abort|core dumped|killed", re.IGNORECASE
@@ -140,6 +192,7 @@ def classify_failure(
     phase_patterns: Mapping[str, Sequence[str] | str] | None = None,
     *,
     exit_zero_is_failure: bool = False,
+    kill_evidence: KillEvidence | None = None,
 ) -> Classification:
     """Classify a finished trial from the end of its log and how it exited.
 
@@ -148,6 +201,8 @@ def classify_failure(
     exit_zero_is_failure (the caller found no throughput): then the log is
     examined as for a crash. Call it only for trials sweep itself did not stop:
     its own time-limit kill is a timeout, which this cannot tell from the OOM killer.
+    kill_evidence: what the launcher read about memory; a SIGKILL (of the
+    command or of a child the log names) is "oom" only when it shows_oom().
     """
     patterns = compile_phase_patterns(phase_patterns)
     sig = _signal_number(exit_code, signal)
@@ -155,9 +210,11 @@ def classify_failure(
         return Classification(OK, None, "")
     log = _Log(log_tail)
 
-    # An OOM anywhere in the tail is the root cause even when a later error is
-    # not: ranks that did not run out of memory then fail in a collective.
-    hit = log.first(_DEVICE_OOM)
+    # The exception that ended the process decides, so an OOM counts only when nothing
+    # independent of it was raised later: an OOM the script caught and lived past is not
+    # why it died. What an OOM causes does not count against it: the other ranks failing
+    # in their next collective, the launcher's report, an exception chained to it.
+    hit = next((line for line in log.lines if _DEVICE_OOM.search(line.text) and log.ended_by(line)), None)
     if hit is not None:
         return Classification(OOM, _phase(log.frames_before(hit), patterns), log.reason(hit))
     hit = log.last(_HOST_OOM)
@@ -170,13 +227,18 @@ def classify_failure(
         return Classification(status, None, log.reason(hit))
 
     exc = log.last_exception()
-    cause = exc if exc is not None and not _WRAPPER.search(exc.text) else None
+    cause = exc if exc is not None and not _WRAPPER.search(exc.text) and not _KILLED.search(exc.text) else None
     what = _describe(exit_code, sig)
     killed = log.last(_KILLED)
-    if (sig == _signal.SIGKILL or killed is not None) and cause is None:
+    evidence = kill_evidence or KillEvidence()
+    if (sig == _signal.SIGKILL or killed is not None or evidence.shows_oom()) and cause is None:
         if sig != _signal.SIGKILL and killed is not None:
             what = log.reason(killed)  # a child was killed; the launcher itself exited normally
-        return Classification(OOM, None, one_line(f"{what} with no Python error: most likely the kernel OOM killer"))
+        if evidence.shows_oom():
+            return Classification(OOM, None, one_line(f"{what}: out of memory ({evidence.describe()})"))
+        if sig == _signal.SIGKILL or killed is not None:
+            return Classification(FAILED, None, one_line(
+                f"{what} with no sign of running out of memory ({evidence.describe()})"))
     if cause is not None and _STOPPED.match(cause.text):
         return Classification(CANCELLED, None, log.reason(cause))
     if sig in _CANCEL_SIGNALS and cause is None:
@@ -219,6 +281,7 @@ class _Line:
     text: str
     rank: int | None
     pos: int  # index within its rank's stream
+    index: int  # index within the whole log
 
 
 class _Log:
@@ -234,7 +297,7 @@ class _Log:
         for raw in _SPLIT.split(text):
             rank, line = clean_line(raw)
             stream = self.streams.setdefault(rank, [])
-            entry = _Line(line.rstrip(), rank, len(stream))
+            entry = _Line(line.rstrip(), rank, len(stream), len(self.lines))
             stream.append(entry)
             self.lines.append(entry)
 
@@ -249,6 +312,33 @@ class _Log:
         found = [line for line in self.lines if _EXCEPTION.match(line.text)]
         causes = [line for line in found if not _WRAPPER.search(line.text)]
         return (causes or found or [None])[-1]
+
+    def ended_by(self, hit: _Line) -> bool:
+        """True when no exception independent of `hit` comes after it.
+
+        Independent: not an OOM itself, not a consequence (_CONSEQUENCE, a launcher's
+        wrapper), and not chained to `hit` by Python's "direct cause" or "during
+        handling" lines in hit's own stream.
+        """
+        chained_to_hit = self._chained_after(hit)
+        for line in self.lines[hit.index + 1:]:
+            if not _EXCEPTION.match(line.text) or line.index in chained_to_hit:
+                continue
+            if not (_DEVICE_OOM.search(line.text) or _CONSEQUENCE.search(line.text) or _WRAPPER.search(line.text)):
+                return False
+        return True
+
+    def _chained_after(self, hit: _Line) -> set[int]:
+        """Log indexes of the exceptions after `hit` in its stream that chain back to it."""
+        chained, linked, pending = set(), True, False
+        for line in self.streams[hit.rank][hit.pos + 1:]:
+            if _CHAINED.match(line.text):
+                pending = True
+            elif _TB_HEADER.match(line.text):
+                linked, pending = linked and pending, False
+            elif linked and _EXCEPTION.match(line.text):
+                chained.add(line.index)
+        return chained
 
     def frames_before(self, hit: _Line) -> list[str]:
         """Frame lines of the traceback that ends at `hit`, outermost first."""

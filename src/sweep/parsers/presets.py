@@ -172,6 +172,22 @@ def get_preset(name: str) -> Preset:
 _BATCH_FLAG = re.compile(r"^(?:-{1,2}[\w.-]+|[\w.+~/-]+)=[^\s{}]*\{(?:per_device_batch|accum|split|joint_batch|global_batch_size)\}[^\s]*$")
 
 
+# A value token that is one batch placeholder, as in argparse's space-separated `--batch_size {per_device_batch}`.
+_BATCH_VALUE = re.compile(r"^[^\s{}]*\{(?:per_device_batch|accum|split|joint_batch|global_batch_size)\}[^\s{}]*$")
+_OPTION = re.compile(r"^-{1,2}[A-Za-z_][\w.-]*$")
+
+
+def batch_flags(argv: Sequence[str]) -> list[str]:
+    """The argv's batch flags: `--flag={x}` tokens, and `--flag {x}` pairs written as one `--flag {x}`."""
+    found = []
+    for i, part in enumerate(argv):
+        if _BATCH_FLAG.match(part):
+            found.append(part)
+        elif i > 0 and _OPTION.match(argv[i - 1]) and _BATCH_VALUE.match(part):
+            found.append(f"{argv[i - 1]} {part}")
+    return found
+
+
 def flags_template(parser_type: str, argv: Sequence[Any] = ()) -> str:
     """How a recommendation is written for this workload, with {placeholders}; "" means Myrtle's own flags.
 
@@ -181,7 +197,7 @@ def flags_template(parser_type: str, argv: Sequence[Any] = ()) -> str:
     """
     if parser_type in ("", "myrtle"):
         return ""
-    found = [a for a in argv if isinstance(a, str) and _BATCH_FLAG.match(a)]
+    found = batch_flags([a for a in argv if isinstance(a, str)])
     if found:
         return " ".join(found)
     preset = PRESETS.get(parser_type)

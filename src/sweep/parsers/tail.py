@@ -19,7 +19,7 @@ class Parser(Protocol):
 
 
 class LogTail:
-    """What a log file gained since the last call, at most chunk_size bytes at a time.
+    """What a log file gained since the last call, at most chunk_size bytes at a time (read_new), or all of it (drain).
 
     The file may not exist yet (the job has not started), may be truncated in
     place (copytruncate, or a restarted job reopening it with "w") or replaced
@@ -53,6 +53,23 @@ class LogTail:
         self.close()
         self.restarts += 1
         return self._read() if self._open() else b""
+
+    def drain(self) -> Iterator[bytes]:
+        """Every byte the file has now, chunk_size at a time (memory: one chunk): what was written
+        before the call, so a command writing faster than it is read cannot keep the caller here."""
+        size = self._size()
+        data = self.read_new()
+        while data:
+            yield data
+            if self._file is not None and self.offset >= size:
+                return
+            data = self.read_new()
+
+    def _size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except OSError:
+            return 0
 
     def close(self) -> None:
         if self._file is not None:

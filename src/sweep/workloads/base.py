@@ -38,5 +38,9 @@ class Workload:
     live_throughput: Callable[[Path], float | None] = lambda trial_dir: None
     # Whether batch_split_factor means anything to it; False: the space is accum alone (split=1).
     splits_apply: Callable[[Any], bool] = lambda config: True
+    # Its config with what only the starting host knows filled in (a start directory), before validation.
+    at_edge: Callable[[Any], Any] = lambda config: config
+    # True: a trial runs one task per node (the workload's own launcher starts the ranks); False: one per device.
+    one_launcher_per_node: bool = False
     # A few lines for dry_run on what the workload is (its size, say); empty if nothing useful.
     describe: Callable[[Any], str] = lambda config: ""

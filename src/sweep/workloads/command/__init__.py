@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sweep.errors import SweepError
+from sweep.errors import SweepError, TemplateError
 from sweep.workloads.base import CheckContext, Workload
 from sweep.workloads.command.config import CommandWorkloadConfig
 
@@ -21,22 +20,19 @@ if TYPE_CHECKING:
 def _validate(config: CommandWorkloadConfig, context: CheckContext) -> None:
     from sweep.parsers import compile_phase_patterns, parser_settings
     from sweep.parsers.regex_guard import check_regex_speed
-    from sweep.workloads.command.runner import TemplateError, check_template
+    from sweep.workloads.command.template import check_template, missing_paths
 
     argv, env = config.argv or [], config.env or {}
     try:
         check_template(argv, env)
     except TemplateError as e:
         raise SweepError(str(e)) from None
-    exe = argv[0]
-    # On Slurm the executable lives on the compute nodes; only a local launch can be checked here.
-    if context.local_launch and "{" not in exe and shutil.which(exe, path=None if os.sep not in exe else "") is None:
-        if not (os.sep in exe and os.access(exe, os.X_OK)):
-            problem = f"workload.argv[0]={exe!r} is not an executable on PATH: give the full path or install it"
-            if not context.dry_run:
-                raise SweepError(problem)
-            # A dry run launches nothing: it may well be planned on a host without the trainer.
-            print(f"sweep: warning: {problem} before running this sweep", file=sys.stderr)
+    # On Slurm the script and executable live on the compute nodes (each trial checks them there);
+    # here, whatever the run needs is checked before anything launches, a dry run included.
+    if context.local_launch:
+        missing = missing_paths(argv, config.cwd or os.getcwd())
+        if missing:
+            raise SweepError(missing)
     try:
         # Every parser key, the common ones (skip_first, stop_after, ...) included, before launch.
         settings = parser_settings(config.parser)
@@ -52,6 +48,13 @@ def _validate(config: CommandWorkloadConfig, context: CheckContext) -> None:
             compile_phase_patterns(config.phase_patterns)
         except ValueError as e:
             raise SweepError(f"workload.phase_patterns: {e}") from None
+
+
+def _at_edge(config: CommandWorkloadConfig) -> CommandWorkloadConfig:
+    """The command runs where sweep was started (or workload.cwd, relative to there), never in the trial dir:
+    the start directory is recorded here, in the plan, since the trial jobs may run anywhere."""
+    start = os.getcwd()
+    return replace(config, cwd=os.path.normpath(os.path.join(start, os.path.expanduser(config.cwd))) if config.cwd else start)
 
 
 def _run(spec: TrialSpec) -> TrialResult:
@@ -71,7 +74,13 @@ def _live_throughput(trial_dir: Path) -> float | None:
 
 
 def _splits_apply(config: Any) -> bool:
-    return bool(config.splits_apply)
+    """A command that uses neither {split} nor {joint_batch} cannot tell the pairs of one accum apart: 1-D."""
+    from sweep.workloads.command.template import uses_split
+
+    try:
+        return bool(config.splits_apply) and uses_split(config.argv or [], config.env or {})
+    except TemplateError:
+        return bool(config.splits_apply)  # validate reports the template
 
 
 WORKLOAD = Workload(
@@ -81,4 +90,6 @@ WORKLOAD = Workload(
     run=_run,
     live_throughput=_live_throughput,
     splits_apply=_splits_apply,
+    at_edge=_at_edge,
+    one_launcher_per_node=True,
 )

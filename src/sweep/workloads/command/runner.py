@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import socket
-import string
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,58 +21,30 @@ from sweep.core.config import memory_margin
 from sweep.core.measure import PROGRESS_FILE, measured_enough_for, progress_record, stop_requested, write_progress  # noqa: F401 (PROGRESS_FILE: the workload reads it from here)
 from sweep.core.schema import Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
-from sweep.errors import TemplateError  # defined there; still importable from here
+from sweep.errors import TemplateError  # noqa: F401 (defined there; still importable from here)
 from sweep.launch.memory import TreeMemorySampler, is_tight
+from sweep.launch.tree import PROCESSES_FILE, TreeTracker, become_subreaper, end_processes
+from sweep.workloads.command.template import PLACEHOLDERS, check_template, fill, missing_paths, template_fields  # noqa: F401 (re-exported)
 
-PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
-LOG_NAME = "command.log"
-
-
-def template_fields(text: str) -> list[str]:
-    """The placeholder names in one template string; format specs and attribute access are refused."""
-    names = []
-    try:
-        parsed = list(string.Formatter().parse(text))
-    except ValueError as e:
-        raise TemplateError(f"{text!r} is not a valid template ({e}); write placeholders as {{accum}}, literal braces as {{{{ }}}}") from None
-    for _, name, spec, conversion in parsed:
-        if name is None:
-            continue
-        if name not in PLACEHOLDERS or spec or conversion:
-            raise TemplateError(
-                f"{text!r} uses placeholder {{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}: "
-                f"valid placeholders are {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
-            )
-        names.append(name)
-    return names
-
-
-def check_template(argv: Sequence[str], env: Mapping[str, str]) -> None:
-    if not argv:
-        raise TemplateError("workload.argv is empty: give the training command as a list, e.g. [python, train.py, --grad_accumulation_batches={accum}]")
-    for part in [*argv, *env.values()]:
-        if not isinstance(part, str):
-            raise TemplateError(f"workload.argv/env value {part!r} is not a string: quote it in YAML")
-        template_fields(part)
-
-
-def fill(text: str, values: Mapping[str, int]) -> str:
-    template_fields(text)
-    return text.format(**{k: int(values[k]) for k in PLACEHOLDERS})
+LOG_PREFIX = "command"
+# Thread-pool sizes machine.cpu_threads sets for a command, unless workload.env sets them itself.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 
 def run_command_trial(spec: TrialSpec) -> TrialResult:
-    """Run the user's command for one candidate and write the trial's result record."""
-    from sweep.parsers import LogTail, ThroughputError, classify_failure, parser_settings, read_tail
+    """Run the user's command for one candidate (one launcher on each node) and write the trial's result record."""
+    from sweep.launch import evidence
+    from sweep.parsers import KillEvidence, LogTail, ThroughputError, classify_failure, parser_settings, read_tail
 
     wl = spec.workload
     trial_dir = Path(spec.trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
-    values = spec.numbers()
+    launch = launch_values(spec)
+    values = {**spec.numbers(), **launch}
     argv = [fill(a, values) for a in wl.argv]
-    env = {**os.environ, **{k: fill(str(v), values) for k, v in (wl.env or {}).items()}}
-    cwd = wl.cwd or str(trial_dir)
-    log_path = trial_dir / LOG_NAME
+    env = command_env(spec, {k: fill(str(v), values) for k, v in (wl.env or {}).items()})
+    cwd = wl.cwd or os.getcwd()
+    log_path = attempt_log(trial_dir, int(launch["node_rank"]))
     settings = parser_settings(wl.parser)  # the preset's warm-up, unit and scope; checked before launch
     skip, stop_after = settings.skip_first, settings.stop_after
     parser = settings.make_parser()
@@ -86,23 +56,36 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     timed = functools.partial(_timed_so_far, summarize=summarize, global_batch_size=values["global_batch_size"])
     limit = float(spec.trial.time_limit_s)
     started_at, t0 = now_iso(), time.monotonic()
+    base = dict(**spec.numbers(), log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command", started_at=started_at, fingerprint=spec.fingerprint)
+    missing = missing_paths(argv, cwd)  # checked before launch where trials run here; on a cluster, here on the node
+    if missing:
+        return _finish(spec, trial_dir, TrialResult(status=Status.FAILED, error=missing, finished_at=now_iso(), **base), writes=launch["node_rank"] == 0)
     print(f"accum={values['accum']} split={values['split']}: running {argv} in {cwd}; log {log_path}", flush=True)
 
+    # Orphans of the command (a `setsid` child, a double fork) come back to this process, which
+    # records every descendant as it appears and ends them all when the trial ends, however it ends.
+    become_subreaper()
+    tracker = TreeTracker(trial_dir / PROCESSES_FILE if launch["node_rank"] == 0 else None).start()
+    oom_kills_before = evidence.oom_kill_count()
     with open(log_path, "ab") as log:
-        # A new session, so a timeout can stop the whole process tree (dataloader workers, ranks).
+        # A new session, so a stop reaches the whole process group (dataloader workers, ranks) at once.
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        tracker.poll()
         tail = LogTail(log_path)
         sampler = _memory_sampler(proc.pid, spec).start()
         try:
-            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, _Enough(spec.trial, skip, stop_after, timed), limit, t0, live_rate)
+            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, _Enough(spec.trial, skip, stop_after, timed), limit, t0, live_rate, functools.partial(_stop, proc, tracker))
         except BaseException:
-            # Interrupted (Ctrl-C reaches the job too): never leave the training command behind.
-            _stop(proc)
+            # Interrupted (the sweep cancelled this job): never leave the training command behind.
+            _stop(proc, tracker)
             sampler.stop()
             raise
-        measurements += parser.feed(tail.read_new()) + parser.close()
+        for chunk in tail.drain():  # to the end of the file: the last figures are often the ones that count
+            measurements += parser.feed(chunk)
+        measurements += parser.close()
     code = proc.wait()
     memory = sampler.stop()
+    _stop(proc, tracker)  # whatever the command left behind (forked or setsid children)
 
     summary, why_not = None, ""
     if measurements:
@@ -110,10 +93,9 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
             summary = summarize(measurements)
         except ThroughputError as e:
             why_not = f": {e}"
-    base = dict(
-        **values, log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command",
-        started_at=started_at, finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
-        peak_mem_gib=memory.peak_gib, capacity_gib=memory.capacity_gib, headroom=memory.headroom, fingerprint=spec.fingerprint,
+    base.update(
+        finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
+        peak_mem_gib=memory.peak_gib, capacity_gib=memory.capacity_gib, headroom=memory.headroom,
     )
     if timed_out:
         result = TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
@@ -124,12 +106,99 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     elif code == 0:
         result = TrialResult(status=Status.FAILED, error=f"exited 0 but printed no throughput the {settings.type} parser recognises{why_not}; see {log_path}", **base)
     else:
-        verdict = classify_failure(read_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns)
+        kill = None
+        if code in (-9, 137):
+            kill = KillEvidence(
+                oom_kills=_rise(oom_kills_before, evidence.oom_kill_count()),
+                kernel_oom=evidence.kernel_log_names_oom(set(tracker.seen) | {proc.pid}),
+                peak_fraction=_peak_fraction(memory),
+            )
+        verdict = classify_failure(read_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns, kill_evidence=kill)
         result = TrialResult(status=verdict.status if verdict.status != Status.OK else Status.FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
+    return _finish(spec, trial_dir, result, writes=launch["node_rank"] == 0)
+
+
+def _finish(spec: TrialSpec, trial_dir: Path, result: TrialResult, writes: bool) -> TrialResult:
+    """Write the trial's record (node 0's launcher alone: the trial dir is shared by every node)."""
     result.tight = is_tight(result.status == Status.OK, result.headroom, memory_margin(spec.trial, spec.machine))
-    write_result(result, trial_dir)
-    print(f"accum={values['accum']} split={values['split']}: {result.status} {result.error}", flush=True)
+    if writes:
+        write_result(result, trial_dir)
+    print(f"accum={spec.accum} split={spec.split}: {result.status} {result.error}", flush=True)
     return result
+
+
+def _rise(before: int | None, after: int | None) -> int | None:
+    return None if before is None or after is None else max(0, after - before)
+
+
+def _peak_fraction(memory: Any) -> float | None:
+    """Sampled peak over the capacity it is held to (on CPU, the host's memory)."""
+    import psutil
+
+    if memory.peak_gib is None:
+        return None
+    capacity = memory.capacity_gib or psutil.virtual_memory().total / 1024**3
+    return float(memory.peak_gib) / capacity if capacity else None
+
+
+def launch_values(spec: TrialSpec) -> dict[str, Any]:
+    """{nodes}, {node_rank}, {master_addr}, {master_port} for this node's launcher.
+
+    One job per trial with one task per node: the job environment says which node this is and
+    where node 0 runs. A local trial gets a port the OS says is free now, so trials side by side
+    never meet on torchrun's default 29500; the nodes of a multi-node job cannot ask each other,
+    so theirs is derived from the job id.
+    """
+    import zlib
+
+    nodes = int(spec.machine.nodes or 1)
+    node_rank, addr, job_id = 0, "127.0.0.1", ""
+    try:
+        import submitit
+
+        job = submitit.JobEnvironment()
+        node_rank, job_id = int(job.node), str(job.job_id)
+        if nodes > 1:
+            addr = str(job.hostnames[0])
+    except (RuntimeError, ImportError, IndexError, ValueError):
+        pass
+    port = 20000 + zlib.crc32(job_id.encode()) % 20000 if nodes > 1 else free_port()
+    return {"nodes": nodes, "node_rank": node_rank, "master_addr": addr, "master_port": port}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def command_env(spec: TrialSpec, own: Mapping[str, str]) -> dict[str, str]:
+    """The command's environment: this job's, machine.cpu_threads as the thread-pool sizes, its trial dir, then workload.env."""
+    env = dict(os.environ)
+    threads = spec.machine.cpu_threads
+    if threads:
+        env.update({name: str(int(threads)) for name in THREAD_VARIABLES})
+    env["SWEEP_TRIAL_DIR"] = str(Path(spec.trial_dir).resolve())  # where a command may leave files of its own
+    env.update(own)
+    return env
+
+
+def attempt_log(trial_dir: Path, node_rank: int = 0) -> Path:
+    """A log file of this attempt's own (command-1.log, command-2.log, ...): a rerun never reads an earlier run's figures.
+
+    Created here, exclusively, so that two attempts can never share one; other nodes' launchers
+    (multi-node) log beside it under their job id and node rank.
+    """
+    if node_rank:
+        return trial_dir / f"{LOG_PREFIX}-job{_job_id() or os.getpid()}-node{node_rank}.log"
+    n = 1 + max((int(p.stem.split("-")[1]) for p in trial_dir.glob(f"{LOG_PREFIX}-*.log") if p.stem.split("-")[1].isdigit()), default=0)
+    while True:
+        path = trial_dir / f"{LOG_PREFIX}-{n}.log"
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return path
+        except FileExistsError:
+            n += 1
 
 
 def _memory_sampler(pid: int, spec: TrialSpec) -> TreeMemorySampler:
@@ -151,7 +220,7 @@ def _job_id() -> str:
 
 
 def _follow(
-    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, enough: _Enough, limit: float, t0: float, rate: Any = None
+    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, enough: _Enough, limit: float, t0: float, rate: Any, stop: Any
 ) -> tuple[list[Any], bool, str]:
     """Read the log as it grows until the command ends, overruns its time, has measured enough, or is told to stop.
 
@@ -160,7 +229,7 @@ def _follow(
     measurements: list[Any] = []
     while True:
         code = proc.poll()
-        new = parser.feed(tail.read_new())
+        new = [m for chunk in tail.drain() for m in parser.feed(chunk)]  # all that is new, not one chunk a poll
         if new:
             measurements += new
             _write_progress(trial_dir, measurements, enough, rate)
@@ -168,10 +237,10 @@ def _follow(
             return measurements, False, ""
         why = enough.reason_to_stop(measurements, trial_dir)
         if why:
-            _stop(proc)
+            stop()
             return measurements, False, why
         if time.monotonic() - t0 > limit:
-            _stop(proc)
+            stop()
             return measurements, True, ""
         time.sleep(0.2)
 
@@ -258,14 +327,22 @@ def _write_progress(trial_dir: Path, measurements: list[Any], enough: _Enough, r
     write_progress(trial_dir, record)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _stop(proc: subprocess.Popen, tracker: TreeTracker) -> None:
+    """End the command and everything it started: its process group, then every descendant ever seen."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGCONT)
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=3.0)
+    except subprocess.TimeoutExpired:
+        pass
+    tracker.stop()
+    end_processes(tracker.seen.items())
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass

@@ -1,0 +1,219 @@
+"""What the probe measured, summarised over a trial's processes (pure: parsed records in, report out).
+
+The probe (sweep/probe/boot/_sweep_probe.py) writes one JSON-lines file per process; sweep.probe.read_probe
+reads them and calls parse_records and summarise here. A trial's step time is its slowest rank's: the
+step is over when every rank is. Memory figures are the largest any rank reached.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER, OomPhase
+
+Record = Mapping[str, Any]
+
+# Matched against each component of a module path (`encoder.layers.0`: "encoder", "layers", "0"),
+# deepest first; the first component any pattern matches gives the phase. Defaults: RNN-T's networks
+# (the built-in's encoder_pre/encoder/embed/pred_rnn/joint_enc/joint_pred/joint_out, Myrtle's
+# encoder/prediction/joint_net, NeMo's joint). The probe names an optimizer step "optimizer:<class>".
+DEFAULT_MODULE_PHASE_PATTERNS: dict[str, tuple[str, ...]] = {
+    PHASE_OPTIMIZER: (r"^optimizer:",),
+    PHASE_JOINT: (r"^(?:joint|joiner)(?:_\w*|\d*)$",),
+    PHASE_ENCODER: (r"^(?:enc|encoder|encoders|pred|prediction|predictor|embed)(?:_\w*|\d*)$",),
+}
+
+
+@dataclass(frozen=True)
+class ProbeStep:
+    """One optimizer step, over the ranks that recorded it."""
+
+    index: int  # the step's number, from 0 (warm-up included)
+    seconds: float  # the slowest rank's
+    peak_bytes: int | None  # largest per-rank peak: CUDA max allocated, else CPU resident (VmHWM)
+    peak_reserved_bytes: int | None  # CUDA max reserved, else CPU address-space peak (VmPeak; never reset)
+    resident_peak_bytes: int | None  # CPU resident peak (on CUDA runs too: the host side)
+    retries: int | None  # CUDA allocator retries (cudaMalloc failed, cache flushed) in this step, most over ranks
+    ranks: int  # how many ranks recorded it
+    optimizers: int  # optimizer steps in it on the slowest rank (several optimizers: one step)
+    skipped: int  # of those, how many AMP's GradScaler skipped (inf/nan gradients)
+
+
+@dataclass(frozen=True)
+class ProbeOom:
+    """The first out-of-memory error the probe saw, on any rank."""
+
+    module: str  # path of the module running (or just finished), e.g. `encoder.lstm`; "optimizer:Adam" in a step
+    where: str  # forward, backward or optimizer
+    message: str
+    rank: int
+    step: int  # the step it happened in (0: the first)
+    inside: bool  # True: that module was running; False: it had just finished (an op between modules)
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """A trial's probe records, summarised."""
+
+    ranks: list[int]  # ranks that stepped an optimizer
+    steps: list[ProbeStep]  # by index, warm-up included
+    step_times_s: list[float]  # each step's seconds (slowest rank), in order
+    peak_bytes: int | None  # largest step peak_bytes
+    peak_reserved_bytes: int | None  # largest step peak_reserved_bytes
+    peak_step: int | None  # the step peak_bytes was reached in
+    oom: ProbeOom | None
+    device: str  # "cuda" or "cpu" (what the steps ran on); "" when no step was recorded
+    armed: bool  # some process imported torch and the probe armed there
+    problems: list[str] = field(default_factory=list)  # why part of the measurement is missing
+
+
+def parse_records(text: str, source: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records in one file's text, and a problem line per line that is not a record.
+
+    A cut-off last line (the process was killed mid-write) is dropped with a problem noted."""
+    records, problems = [], []
+    lines = text.split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            last = number == len(lines) or (number == len(lines) - 1 and not lines[-1])
+            problems.append(f"{source}: line {number} " + ("cut off (the process ended mid-write)" if last else "is not JSON"))
+            continue
+        if isinstance(record, dict) and isinstance(record.get("kind"), str):
+            records.append(record)
+        else:
+            problems.append(f"{source}: line {number} is not a probe record")
+    return records, problems
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _most(values: Sequence[Any]) -> int | None:
+    present = [int(v) for v in values if _number(v) is not None]
+    return max(present) if present else None
+
+
+def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Sequence[str] = ()) -> ProbeReport:
+    """One report from each process's records (source: its file name, for messages)."""
+    per_step: dict[int, list[Record]] = {}
+    ranks: set[int] = set()
+    armed = False
+    all_problems = list(problems)
+    ooms: list[tuple[float, Record]] = []
+    for source, records in sorted(records_by_source.items()):
+        seen: dict[int, Record] = {}
+        for record in records:
+            kind = record.get("kind")
+            if kind == "start":
+                armed = True
+            elif kind == "problem":
+                all_problems.append(f"{source}: {record.get('message', '')}")
+            elif kind == "oom":
+                ooms.append((_number(record.get("t")) or 0.0, record))
+            elif kind == "step":
+                index, seconds = record.get("step"), _number(record.get("seconds"))
+                if not isinstance(index, int) or seconds is None:
+                    all_problems.append(f"{source}: a step record without step/seconds")
+                    continue
+                seen[index] = record  # a step written twice (a re-armed process): the last one counts
+        for index, record in seen.items():
+            per_step.setdefault(index, []).append(record)
+            ranks.add(int(record.get("rank", 0)))
+    steps = [_step(index, per_step[index]) for index in sorted(per_step)]
+    peaks = [(s.peak_bytes, s.index) for s in steps if s.peak_bytes is not None]
+    peak_bytes, peak_step = max(peaks, key=lambda p: (p[0], -p[1])) if peaks else (None, None)
+    devices = {str(r.get("device", "")) for rs in per_step.values() for r in rs}
+    return ProbeReport(
+        ranks=sorted(ranks),
+        steps=steps,
+        step_times_s=[s.seconds for s in steps],
+        peak_bytes=peak_bytes,
+        peak_reserved_bytes=_most([s.peak_reserved_bytes for s in steps]),
+        peak_step=peak_step,
+        oom=_first_oom(ooms),
+        device="cuda" if "cuda" in devices else ("cpu" if devices else ""),
+        armed=armed,
+        problems=all_problems,
+    )
+
+
+def _step(index: int, records: Sequence[Record]) -> ProbeStep:
+    slowest = max(records, key=lambda r: _number(r.get("seconds")) or 0.0)
+    cuda = [r for r in records if r.get("device") == "cuda"]
+    return ProbeStep(
+        index=index,
+        seconds=float(slowest["seconds"]),
+        peak_bytes=_most([r.get("allocated_peak") for r in cuda]) if cuda else _most([r.get("resident_peak") for r in records]),
+        peak_reserved_bytes=_most([r.get("reserved_peak") for r in cuda]) if cuda else _most([r.get("address_peak") for r in records]),
+        resident_peak_bytes=_most([r.get("resident_peak") for r in records]),
+        retries=_most([r.get("retries") for r in records]),
+        ranks=len(records),
+        optimizers=int(slowest.get("optimizers", 0) or 0),
+        skipped=int(slowest.get("skipped", 0) or 0),
+    )
+
+
+def _first_oom(ooms: Sequence[tuple[float, Record]]) -> ProbeOom | None:
+    if not ooms:
+        return None
+    _, record = min(ooms, key=lambda pair: pair[0])
+    return ProbeOom(
+        module=str(record.get("module", "")),
+        where=str(record.get("where", "")),
+        message=str(record.get("message", "")),
+        rank=int(record.get("rank", 0) or 0),
+        step=int(record.get("step", 0) or 0),
+        inside=bool(record.get("inside", False)),
+    )
+
+
+CompiledModulePatterns = tuple[tuple[str, tuple["re.Pattern[str]", ...]], ...]
+
+
+def compile_module_phase_patterns(patterns: Mapping[str, Sequence[str] | str] | None) -> CompiledModulePatterns:
+    """Validate and compile {phase: regexes}; None gives DEFAULT_MODULE_PHASE_PATTERNS. ValueError names a bad one."""
+    if patterns is None:
+        patterns = DEFAULT_MODULE_PHASE_PATTERNS
+    if not isinstance(patterns, Mapping):
+        raise ValueError(f"module phase patterns: expected a mapping of phase -> regexes, got {type(patterns).__name__}")
+    phases = [str(p) for p in OomPhase]
+    out = []
+    for phase, regexes in patterns.items():
+        if phase not in phases:
+            raise ValueError(f"module phase patterns: unknown phase {phase!r}; valid phases: {', '.join(phases)}")
+        compiled = []
+        for regex in [regexes] if isinstance(regexes, str) else list(regexes):
+            if not isinstance(regex, str):
+                raise ValueError(f"module phase patterns[{phase!r}]: expected regex strings, got {type(regex).__name__}")
+            try:
+                compiled.append(re.compile(regex))
+            except re.error as e:
+                raise ValueError(f"module phase patterns[{phase!r}]: {regex!r} does not compile: {e}") from None
+        out.append((str(phase), tuple(compiled)))
+    return tuple(out)
+
+
+def oom_phase_of(module_path: str, patterns: Mapping[str, Sequence[str] | str] | CompiledModulePatterns | None = None) -> str | None:
+    """The OOM phase (encoder/joint/optimizer) a module path belongs to, or None if no pattern matches.
+
+    Each regex is searched in one path component at a time, deepest first, so `joint.enc_proj` is the
+    joint's (its own name says so) only when nothing deeper matches; the whole path is tried last
+    (for patterns that span components)."""
+    compiled = patterns if isinstance(patterns, tuple) else compile_module_phase_patterns(patterns)
+    if not module_path:
+        return None
+    parts = module_path.split(".")
+    for candidate in [*reversed(parts), module_path]:
+        for phase, regexes in compiled:
+            if any(r.search(candidate) for r in regexes):
+                return phase
+    return None

@@ -1,0 +1,87 @@
+"""The probe: step times, allocator memory and OOMs measured inside a trial's own Python processes.
+
+How it gets in: probe_env() gives a command the variables that put boot/ first on PYTHONPATH and name
+the record dir (SWEEP_PROBE_DIR). Every interpreter then runs boot/sitecustomize.py at start-up, which
+arms boot/_sweep_probe.py once the process imports torch (inert otherwise). install() arms it in the
+calling process (the built-in workload). read_probe() reads what the processes wrote; the summary is
+core/probe_report.py's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+
+from sweep.core.probe_report import (
+    DEFAULT_MODULE_PHASE_PATTERNS,
+    ProbeOom,
+    ProbeReport,
+    ProbeStep,
+    compile_module_phase_patterns,
+    oom_phase_of,
+    parse_records,
+    summarise,
+)
+
+BOOT_DIR = Path(__file__).resolve().parent / "boot"
+RECORD_DIR_ENV = "SWEEP_PROBE_DIR"
+RECORD_GLOB = "*.jsonl"
+
+__all__ = [
+    "BOOT_DIR",
+    "DEFAULT_MODULE_PHASE_PATTERNS",
+    "RECORD_DIR_ENV",
+    "ProbeOom",
+    "ProbeReport",
+    "ProbeStep",
+    "compile_module_phase_patterns",
+    "install",
+    "oom_phase_of",
+    "probe_env",
+    "read_probe",
+    "runtime",
+]
+
+
+def probe_env(record_dir: str | Path, *, base_env: Mapping[str, str]) -> dict[str, str]:
+    """The variables to add to a command's environment so that its Python processes are probed.
+
+    PYTHONPATH gets the boot dir first, ahead of base_env's own entries (kept, in order)."""
+    rest = [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != str(BOOT_DIR)]
+    return {RECORD_DIR_ENV: str(Path(record_dir).resolve()), "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), *rest])}
+
+
+def runtime() -> ModuleType:
+    """The in-process probe module, the same one boot/sitecustomize.py arms (never a second copy)."""
+    if str(BOOT_DIR) not in sys.path:
+        sys.path.append(str(BOOT_DIR))
+    return importlib.import_module("_sweep_probe")
+
+
+def install(record_dir: str | Path) -> None:
+    """Arm the probe in this process, writing to record_dir (a new dir: a new record from step 0).
+
+    It keeps this process's step records in memory too (runtime().PROBE.steps), for a caller that
+    needs each step's figures as it goes (the built-in workload's adaptive stopping)."""
+    import torch  # noqa: F401 - the probe's hooks are torch's
+
+    runtime().PROBE.arm(str(record_dir), keep_steps=True)
+
+
+def read_probe(record_dir: str | Path) -> ProbeReport:
+    """The summary of every process's records in record_dir (none there: an empty, unarmed report)."""
+    files = sorted(Path(record_dir).glob(RECORD_GLOB)) if Path(record_dir).is_dir() else []
+    records, problems = {}, []
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            problems.append(f"{path.name}: {exc.strerror or exc}")
+            continue
+        records[path.name], found = parse_records(text, path.name)
+        problems.extend(found)
+    return summarise(records, problems)

@@ -1,0 +1,676 @@
+"""The probe inside a trained process: step times, allocator memory and OOMs, as JSON lines.
+
+Importable on its own (stdlib at import, torch once the process imports it), so it runs in any
+interpreter a trial starts, whether or not `sweep` is importable there. sweep.probe reads what it
+writes; core/probe_report.py summarises it.
+
+One file per process, `<record dir>/rank{R}-pid{P}.jsonl`, one JSON object per line, flushed per
+line so a killed process leaves what it measured:
+  start   pid, rank, local_rank, world_size, torch version, host
+  step    one per optimizer step: index, end (epoch s), seconds, optimizers (count; skipped: those
+          AMP's GradScaler skipped), memory peaks since the previous step (allocator on CUDA,
+          /proc/self/status on CPU), the device
+  oom     module (path of the running module, "optimizer:<class>" in an optimizer step), where
+          (forward/backward/optimizer), inside (whether that module was running or had just
+          finished), message, step
+  problem why part of the probe could not work (it never raises into the user's program)
+  exit    at interpreter exit
+Nothing is printed: the user's log stays theirs.
+
+A step ends when the optimizers of one iteration have all stepped. Several optimizers stepping in
+one iteration (Muon + AdamW, a GAN's pair) are one step: an optimizer that steps again closes the
+step it already stepped in, and from then on the set seen in that step is expected, so later steps
+close as soon as the whole set has stepped (not one step late). A step starts where the previous
+one ended (so the time between steps, data loading included, counts) or, for the first, at the
+first forward, backward or optimizer call since the probe armed; `begin_step()` lets a caller that
+knows where its step starts (the built-in workload) say so.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import gc
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import weakref
+
+RECORD_DIR_ENV = "SWEEP_PROBE_DIR"
+# Substrings of allocators' out-of-memory messages (kept in step with sweep.workloads.rnnt.memory).
+OOM_MESSAGES = (
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "HIP out of memory",
+    "DefaultCPUAllocator: can't allocate memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE",
+)
+_RANK_VARIABLES = ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+_WORLD_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
+
+def _env_int(names: tuple[str, ...], default: int) -> int:
+    for name in names:
+        value = os.environ.get(name, "")
+        if value.strip().lstrip("-").isdigit():
+            return int(value)
+    return default
+
+
+def is_oom(exc: BaseException | None) -> bool:
+    if exc is None:
+        return False
+    if isinstance(exc, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc)
+    return any(m in text for m in OOM_MESSAGES)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first.split(". Error code")[0][:300]
+
+
+def _proc_status() -> dict[str, int]:
+    """Bytes of /proc/self/status's Vm* lines (resident and address-space, current and peak)."""
+    out = {}
+    with open("/proc/self/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"Vm"):
+                name, _, rest = line.partition(b":")
+                parts = rest.split()
+                if parts:
+                    out[name.decode()] = int(parts[0]) * 1024
+    return out
+
+
+class _Writer:
+    """This process's record file; opened on first use, again after a fork (the child's own file)."""
+
+    def __init__(self, record_dir: str) -> None:
+        self.record_dir = record_dir
+        self.pid = -1
+        self.file = None
+        self.lock = threading.Lock()
+        self.broken = False
+
+    def write(self, record: dict, rank: int) -> None:
+        if self.broken:
+            return
+        try:
+            with self.lock:
+                if self.pid != os.getpid() or self.file is None:
+                    os.makedirs(self.record_dir, exist_ok=True)
+                    self.pid = os.getpid()
+                    self.file = open(os.path.join(self.record_dir, f"rank{rank}-pid{self.pid}.jsonl"), "a", encoding="utf-8")
+                self.file.write(json.dumps(record, separators=(",", ":")) + "\n")
+                self.file.flush()
+        except Exception:  # noqa: BLE001 - a full disk must not stop the training
+            self.broken = True
+
+    def close(self) -> None:
+        with self.lock:
+            if self.file is not None and self.pid == os.getpid():
+                try:
+                    self.file.close()
+                except OSError:
+                    pass
+            self.file = None
+
+
+class Probe:
+    """The hooks' state in one process. One instance (PROBE); arm() points it at a record dir."""
+
+    def __init__(self) -> None:
+        self.writer: _Writer | None = None
+        self.file_rank = 0
+        self.hooks_installed = False
+        self.keep_steps = False
+        self.steps: list[dict] = []  # this arming's step records, when keep_steps (in-process callers)
+        self.ooms: list[dict] = []  # this arming's oom records
+        self._disabled: set[str] = set()  # hooks that failed once: off for the rest of the run
+        self._reset_steps()
+
+    # ---------------------------------------------------------------- arming
+
+    def _reset_steps(self) -> None:
+        self.step_index = 0
+        self.step_start: float | None = None
+        self.explicit_start = False
+        self.group: dict[int, int] = {}  # id(optimizer) -> times stepped in the open step
+        self.group_skipped = 0
+        self.group_end: float | None = None  # perf_counter at the open step's last optimizer end
+        self.group_end_wall = 0.0
+        self.expected: frozenset[int] | None = None  # the optimizers one step is made of, once known
+        self.depth = 0  # nested optimizer steps (an optimizer wrapping another)
+        self.current_optimizer = None
+        self.memory: dict[str, int] = {}
+        self.retries_before: int | None = None
+        self.module_stack: list = []
+        self.last_module = None
+        self.backward_module = None  # weakref: the module whose output's gradient was computed last
+        self.backward_depth = 0
+        self.allocator_oom_pending = False
+        self.seen_exceptions: list[int] = []
+
+    def rank(self) -> int:
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                return int(dist.get_rank())
+        except Exception:  # noqa: BLE001
+            pass
+        return _env_int(_RANK_VARIABLES, 0)
+
+    def world_size(self) -> int:
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                return int(dist.get_world_size())
+        except Exception:  # noqa: BLE001
+            pass
+        return _env_int(_WORLD_VARIABLES, 1)
+
+    def arm(self, record_dir: str, keep_steps: bool = False) -> None:
+        """Point the probe at record_dir (again: a new dir starts a new record) and install its hooks."""
+        record_dir = os.path.abspath(record_dir)
+        if self.writer is not None and self.writer.record_dir == record_dir and self.hooks_installed:
+            self.keep_steps = self.keep_steps or keep_steps
+            return
+        if self.writer is not None:
+            self._finish("rearmed")
+            self.writer.close()
+        self._reset_steps()
+        self.steps, self.ooms = [], []
+        self.keep_steps = keep_steps
+        self.writer = _Writer(record_dir)
+        self.file_rank = _env_int(_RANK_VARIABLES, 0)
+        import torch
+
+        self._write(
+            {
+                "kind": "start",
+                "pid": os.getpid(),
+                "rank": self.rank(),
+                "local_rank": _env_int(("LOCAL_RANK", "SLURM_LOCALID"), 0),
+                "world_size": self.world_size(),
+                "torch": str(torch.__version__),
+                "host": socket.gethostname(),
+                "argv": sys.argv[:4],
+            }
+        )
+        if not self.hooks_installed:
+            self.hooks_installed = True
+            self._install_hooks(torch)
+            atexit.register(self._at_exit)
+
+    def _write(self, record: dict) -> None:
+        if self.writer is None:
+            return
+        record.setdefault("t", time.time())
+        record.setdefault("rank", self.rank())
+        self.writer.write(record, self.file_rank)
+
+    def problem(self, where: str, exc: BaseException) -> None:
+        if where in self._disabled:
+            return
+        self._disabled.add(where)
+        self._write({"kind": "problem", "message": f"{where}: {type(exc).__name__}: {exc}"[:500]})
+
+    # ---------------------------------------------------------------- hooks
+
+    def _install_hooks(self, torch) -> None:
+        self.torch = torch
+        self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+        steps = [
+            ("optimizer hooks", self._install_optimizer_hooks),
+            ("module hooks", self._install_module_hooks),
+            ("backward wrapper", self._install_backward_wrapper),
+            ("GradScaler wrapper", self._install_scaler_wrapper),
+            ("CUDA OOM observer", self._install_cuda_observer),
+            ("excepthook", self._install_excepthook),
+        ]
+        for name, install in steps:
+            try:
+                install(torch)
+            except Exception as exc:  # noqa: BLE001
+                self.problem(name, exc)
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        # A forked child (a DataLoader worker) writes only if it ever steps, to its own file.
+        self.module_stack = []
+        self.depth = 0
+
+    def _install_optimizer_hooks(self, torch) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        register_optimizer_step_pre_hook(self._optimizer_pre_hook)
+        register_optimizer_step_post_hook(self._optimizer_post_hook)
+
+    def _install_module_hooks(self, torch) -> None:
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        register_module_forward_pre_hook(self._forward_pre_hook)
+        register_module_forward_hook(self._forward_hook, always_call=True)
+
+    def _install_backward_wrapper(self, torch) -> None:
+        original = torch.autograd.backward
+        probe = self
+
+        @functools.wraps(original)
+        def backward(*args, **kwargs):
+            if probe.writer is None:
+                return original(*args, **kwargs)
+            probe._activity()
+            probe.backward_depth += 1
+            if probe.backward_depth == 1:
+                probe.backward_module = None
+            try:
+                return original(*args, **kwargs)
+            except BaseException as exc:
+                if is_oom(exc):
+                    probe.record_oom(exc, "exception")
+                raise
+            finally:
+                probe.backward_depth -= 1
+
+        backward._sweep_probe_original = original  # type: ignore[attr-defined]
+        torch.autograd.backward = backward  # Tensor.backward calls it through torch.autograd
+
+    def _install_scaler_wrapper(self, torch) -> None:
+        scaler_class = torch.amp.GradScaler
+        original = scaler_class.step
+        probe = self
+
+        @functools.wraps(original)
+        def step(scaler, optimizer, *args, **kwargs):
+            before = probe.optimizer_calls
+            result = original(scaler, optimizer, *args, **kwargs)
+            # No optimizer hook ran: the scaler skipped this step (inf/nan gradients). It still counts.
+            if probe.writer is not None and probe.optimizer_calls == before:
+                try:
+                    probe._optimizer_begins(optimizer)
+                    probe._optimizer_ends(optimizer, skipped=True)
+                except Exception as exc:  # noqa: BLE001
+                    probe.problem("GradScaler wrapper", exc)
+            return result
+
+        scaler_class.step = step
+
+    optimizer_calls = 0
+
+    def _install_cuda_observer(self, torch) -> None:
+        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is None or not torch.cuda.is_available():
+            return
+
+        def attach_now() -> None:
+            try:
+                attach(self._cuda_oom_observer)
+            except Exception as exc:  # noqa: BLE001
+                self.problem("CUDA OOM observer", exc)
+
+        torch.cuda._lazy_call(attach_now)  # at CUDA's initialisation, or now if it is up already
+
+    def _install_excepthook(self, torch) -> None:
+        previous = sys.excepthook
+
+        def excepthook(kind, exc, tb):
+            try:
+                if is_oom(exc):
+                    self.record_oom(exc, "uncaught")
+            except Exception:  # noqa: BLE001
+                pass
+            previous(kind, exc, tb)
+
+        sys.excepthook = excepthook
+
+    # ---------------------------------------------------------------- steps
+
+    def _activity(self) -> None:
+        if self.step_start is None:
+            self.step_start = time.perf_counter()
+
+    def begin_step(self) -> None:
+        """The next step starts now (a caller that knows where its step begins)."""
+        self._sync()
+        self.step_start = time.perf_counter()
+        self.explicit_start = True
+
+    def end_step(self) -> dict | None:
+        """Close the open step now (a caller that knows its step is over); its record, or None."""
+        if not self.group:
+            return None
+        return self._close_step()
+
+    def _sync(self) -> None:
+        torch = self.torch if self.hooks_installed else None
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def _optimizer_pre_hook(self, optimizer, args, kwargs) -> None:
+        if self.writer is None or self.compiling():
+            return
+        self.depth += 1
+        if self.depth > 1:
+            return
+        self.optimizer_calls += 1
+        try:
+            self._optimizer_begins(optimizer)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("optimizer pre-hook", exc)
+
+    def _optimizer_post_hook(self, optimizer, args, kwargs) -> None:
+        if self.writer is None or self.compiling() or self.depth == 0:
+            return
+        self.depth -= 1
+        if self.depth > 0:
+            return
+        try:
+            self._optimizer_ends(optimizer, skipped=False)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("optimizer post-hook", exc)
+
+    def _optimizer_begins(self, optimizer) -> None:
+        self._activity()
+        if id(optimizer) in self.group:  # it stepped in the open step already: that step is over
+            if self.expected is None or not self.expected <= set(self.group):
+                self.expected = frozenset(self.group)
+            self._close_step()
+            self._activity()
+        self.current_optimizer = optimizer
+
+    def _optimizer_ends(self, optimizer, skipped: bool) -> None:
+        self._sync()
+        self.group_end = time.perf_counter()
+        self.group_end_wall = time.time()
+        self.group[id(optimizer)] = self.group.get(id(optimizer), 0) + 1
+        self.group_skipped += int(skipped)
+        self.current_optimizer = None
+        self.last_module = None
+        self._sample_memory()
+        if self.expected is not None and self.expected <= set(self.group):
+            self._close_step()
+
+    def _sample_memory(self) -> None:
+        """Fold the peaks since the last sample into the open step's, then reset them."""
+        memory = self.memory
+        try:
+            status = _proc_status()
+            memory["resident_peak"] = max(memory.get("resident_peak", 0), status.get("VmHWM", 0))
+            memory["resident"] = status.get("VmRSS", 0)
+            memory["address_peak"] = max(memory.get("address_peak", 0), status.get("VmPeak", 0))
+            memory["address"] = status.get("VmSize", 0)
+            if "clear_refs" not in self._disabled:
+                try:
+                    with open("/proc/self/clear_refs", "w") as f:
+                        f.write("5")  # VmHWM back to the current resident size (Linux >= 4.0)
+                except OSError as exc:
+                    self.problem("clear_refs", exc)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("CPU memory", exc)
+        torch = self.torch
+        try:
+            if torch.cuda.is_initialized():
+                device = torch.cuda.current_device()
+                memory["allocated_peak"] = max(memory.get("allocated_peak", 0), torch.cuda.max_memory_allocated(device))
+                memory["reserved_peak"] = max(memory.get("reserved_peak", 0), torch.cuda.max_memory_reserved(device))
+                torch.cuda.reset_peak_memory_stats(device)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("CUDA memory", exc)
+
+    def _close_step(self) -> dict:
+        torch = self.torch
+        memory, self.memory = self.memory, {}
+        device = "cpu"
+        retries = None
+        try:
+            if torch.cuda.is_initialized():
+                device = "cuda"
+                total = int(torch.cuda.memory_stats(torch.cuda.current_device()).get("num_alloc_retries", 0))
+                retries = total - (self.retries_before if self.retries_before is not None else 0)
+                self.retries_before = total
+        except Exception as exc:  # noqa: BLE001
+            self.problem("CUDA retries", exc)
+        end = self.group_end if self.group_end is not None else time.perf_counter()
+        start = self.step_start if self.step_start is not None else end
+        record = {
+            "kind": "step",
+            "step": self.step_index,
+            "rank": self.rank(),
+            "end": self.group_end_wall or time.time(),
+            "seconds": max(0.0, end - start),
+            "optimizers": sum(self.group.values()),
+            "skipped": self.group_skipped,
+            "device": device,
+            "allocated_peak": memory.get("allocated_peak"),
+            "reserved_peak": memory.get("reserved_peak"),
+            "retries": retries,
+            "resident_peak": memory.get("resident_peak"),
+            "resident": memory.get("resident"),
+            "address_peak": memory.get("address_peak"),
+            "address": memory.get("address"),
+        }
+        self._write(record)
+        if self.keep_steps:
+            self.steps.append(record)
+        self.step_index += 1
+        self.group, self.group_skipped, self.group_end, self.group_end_wall = {}, 0, None, 0.0
+        self.step_start, self.explicit_start = end, False
+        self.allocator_oom_pending = False
+        return record
+
+    # ---------------------------------------------------------------- modules and OOMs
+
+    def _forward_pre_hook(self, module, args) -> None:
+        if self.writer is None or self.compiling():
+            return None
+        if self.step_start is None:
+            self.step_start = time.perf_counter()
+        self.module_stack.append(module)
+        return None
+
+    def _forward_hook(self, module, args, output) -> None:
+        if self.writer is None or self.compiling():
+            return None
+        stack = self.module_stack
+        try:
+            if output is None:
+                exc = sys.exc_info()[1]
+                if exc is not None and is_oom(exc):
+                    self.record_oom(exc, "exception")
+            elif self.backward_depth == 0 and self.torch.is_grad_enabled():
+                self._watch_backward(module, output)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("forward hook", exc)
+        if stack and stack[-1] is module:
+            stack.pop()
+        elif module in stack:  # unbalanced (a hook elsewhere raised): unwind to it
+            while stack and stack.pop() is not module:
+                pass
+        self.last_module = module
+        return None
+
+    def _watch_backward(self, module, output) -> None:
+        """Hook this module's output tensors: their gradient means backward has reached the module."""
+        Tensor = self.torch.Tensor
+        tensors = output if isinstance(output, (tuple, list)) else (output.values() if isinstance(output, dict) else (output,))
+        for tensor in tensors:
+            if isinstance(tensor, Tensor) and tensor.requires_grad:
+                tensor.register_hook(functools.partial(_backward_reached, self, weakref.ref(module)))
+                break  # one output is enough to know where backward is
+
+    def _cuda_oom_observer(self, device, alloc, device_allocated, device_free) -> None:
+        try:
+            message = (
+                f"CUDA out of memory: tried to allocate {alloc} bytes on device {device} "
+                f"({device_allocated} allocated, {device_free} free)"
+            )
+            self._record_oom_at_context(message, "allocator")
+            self.allocator_oom_pending = True
+        except Exception as exc:  # noqa: BLE001
+            self.problem("CUDA OOM observer", exc)
+
+    def record_oom(self, exc: BaseException, source: str) -> None:
+        """Record an OOM exception once (it passes through several hooks on its way out)."""
+        if id(exc) in self.seen_exceptions:
+            return
+        self.seen_exceptions = (self.seen_exceptions + [id(exc)])[-16:]
+        if self.allocator_oom_pending:  # the allocator's observer told us already, at the same place
+            self.allocator_oom_pending = False
+            return
+        self._record_oom_at_context(_one_line(exc), source)
+
+    def note_oom(self, message: str) -> None:
+        """An OOM a caller caught where no hook saw it (an op between modules on CPU): record it at
+        the probe's current place, unless one is recorded in this step already."""
+        if any(o["step"] == self.step_index for o in self.ooms):
+            return
+        self._record_oom_at_context(message[:300], "caller")
+
+    def _record_oom_at_context(self, message: str, source: str) -> None:
+        module, inside = None, False
+        if self.depth > 0 and self.current_optimizer is not None:
+            where, path = "optimizer", f"optimizer:{type(self.current_optimizer).__name__}"
+        else:
+            if self.module_stack:
+                module, inside = self.module_stack[-1], True
+            elif self.backward_depth > 0 and self.backward_module is not None:
+                module, inside = self.backward_module(), True
+            if module is None:
+                module = self.last_module
+            where = "backward" if self.backward_depth > 0 else "forward"
+            path = _module_path(module) if module is not None else ""
+        record = {
+            "kind": "oom",
+            "step": self.step_index,
+            "module": path,
+            "where": where,
+            "inside": inside,
+            "message": message,
+            "source": source,
+        }
+        self.ooms.append(record)
+        self._write(record)
+
+    def _finish(self, why: str) -> None:
+        if self.group:
+            self._close_step()
+        self._write({"kind": "exit", "steps": self.step_index, "why": why})
+
+    def _at_exit(self) -> None:
+        try:
+            if self.writer is not None:
+                self._finish("exit")
+                self.writer.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _backward_reached(probe: Probe, ref, grad):
+    probe.backward_module = ref
+    return None
+
+
+def _module_path(module) -> str:
+    """`encoder.lstm`: the module's attribute path from the outermost module holding it.
+
+    Looked up only when an OOM needs it (a walk over the live modules), so steps pay nothing
+    for names. A module no other module holds is named by its class."""
+    try:
+        import torch.nn as nn
+
+        parent: dict[int, tuple[object, str]] = {}
+        for obj in gc.get_objects():
+            if isinstance(obj, nn.Module):
+                for name, child in obj._modules.items():
+                    if child is not None and id(child) not in parent:
+                        parent[id(child)] = (obj, name)
+        names, current, seen = [], module, set()
+        while id(current) in parent and id(current) not in seen:
+            seen.add(id(current))
+            current, name = parent[id(current)]
+            names.append(name)
+        return ".".join(reversed(names)) if names else type(module).__name__
+    except Exception:  # noqa: BLE001 - memory may be short right now: the class is a name too
+        return type(module).__name__
+
+
+PROBE = Probe()
+
+
+class _TorchImportHook:
+    """A sys.meta_path finder that arms the probe right after `torch` finishes importing."""
+
+    def __init__(self, record_dir: str) -> None:
+        self.record_dir = record_dir
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        others = [f for f in sys.meta_path if f is not self]
+        for finder in others:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        record_dir = self.record_dir
+
+        class _ArmingLoader:
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                module.__spec__.loader = module.__loader__ = loader  # torch sees its own loader
+                loader.exec_module(module)
+                try:
+                    sys.meta_path.remove(hook)
+                except ValueError:
+                    pass
+                _arm_quietly(record_dir)
+
+            def __getattr__(self, attr):
+                return getattr(loader, attr)
+
+        hook = self
+        spec.loader = _ArmingLoader()
+        return spec
+
+
+def _arm_quietly(record_dir: str, keep_steps: bool = False) -> None:
+    try:
+        PROBE.arm(record_dir, keep_steps=keep_steps)
+    except Exception as exc:  # noqa: BLE001
+        try:
+            os.makedirs(record_dir, exist_ok=True)
+            with open(os.path.join(record_dir, f"problem-pid{os.getpid()}.jsonl"), "a") as f:
+                f.write(json.dumps({"kind": "problem", "pid": os.getpid(), "t": time.time(), "message": f"arming failed: {exc}"}) + "\n")
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def arm_on_torch_import(record_dir: str) -> None:
+    """Arm now if torch is imported already, else once it is; nothing happens in a process without torch."""
+    if "torch" in sys.modules and hasattr(sys.modules["torch"], "optim"):
+        _arm_quietly(record_dir)
+        return
+    if not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchImportHook(record_dir))
