@@ -302,14 +302,13 @@ def test_memory_gib_above_the_card_warns_in_one_line_and_uses_the_card(tmp_path,
     ], err
 
 
-def test_a_dry_run_does_not_need_the_training_command_here(tmp_path, searchpath):
-    """Planning a NeMo sweep on a laptop: the command is not on PATH, a warning says so, the table shows."""
+def test_a_dry_run_says_the_training_command_is_missing_here(tmp_path, searchpath):
+    """Issue 29: what the command needs (its executable, script, cwd) is checked before anything launches, a
+    dry run included (it used to be a warning there): one line, exit 2, nothing written."""
     proc = run_case(["+sweep=nemo_micro_batch", "dry_run=true"], tmp_path, searchpath, env_extra={"PATH": os.path.dirname(sys.executable)})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "sweep: warning: workload.argv[0]='nemo' is not an executable on PATH" in proc.stderr
-    assert "nothing launched" in proc.stdout
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "workload.argv[0]='nemo' is not an executable on PATH" in proc.stderr and proc.stderr.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == []
-    # Without dry_run it is still refused before anything launches.
     real = run_case(["+sweep=nemo_micro_batch"], tmp_path, searchpath, env_extra={"PATH": os.path.dirname(sys.executable)})
     assert real.returncode == 2 and "'nemo' is not an executable on PATH" in real.stderr
 

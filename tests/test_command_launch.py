@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -231,3 +233,49 @@ def test_a_stopped_job_is_ended_by_cancel_within_the_grace(tmp_path):
     assert job.done(), "a stopped job outlived its cancel"
     assert time.monotonic() - t0 < 12
     assert gone(task.pid, 1.0)
+
+
+TORCH_TRAINER = """
+import json, os, sys, time
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+own = []
+for step in range(40):
+    t = time.perf_counter()
+    loss = model(torch.randn(32, 64)).pow(2).mean()
+    loss.backward()
+    time.sleep(0.03)  # a step long enough to time steadily on a busy host
+    opt.step()
+    opt.zero_grad()
+    own.append(time.perf_counter() - t)
+    print(f"step {step} {own[-1] * 1000:.3f} ms/step {8 / own[-1]:.1f} samples/s", flush=True)
+open(os.path.join(os.environ["SWEEP_TRIAL_DIR"], "own.json"), "w").write(json.dumps(own))
+"""
+
+
+def test_the_probe_measures_a_torch_command_and_the_log_is_the_fallback(tmp_path):
+    trial = TrialConfig(warmup_steps=2, measure_steps=30, max_measure_steps=40, target_precision=0.001)
+    probed = spec_for(tmp_path, TORCH_TRAINER, parser=STEP_RE, trial=trial)
+    result = run_command_trial(probed)
+    assert result.status == Status.OK, result.error
+    assert result.measured_by == "probe" and result.ranks_seen == 1
+    own = json.loads((Path(probed.trial_dir) / "own.json").read_text())[2:]
+    probe_median = statistics.median(result.step_times_s)
+    assert probe_median == pytest.approx(statistics.median(own), rel=0.05)  # the script's own timer, independently
+    assert result.throughput == pytest.approx(8 / probe_median, rel=1e-6)
+    assert (Path(probed.trial_dir) / "probe-1").is_dir()
+    # The probe off: the same command measured from its log.
+    (tmp_path / "off").mkdir()
+    off = spec_for(tmp_path / "off", TORCH_TRAINER, parser=STEP_RE, trial=trial)
+    off = replace(off, workload=replace(off.workload, probe=False))
+    logged = run_command_trial(off)
+    assert logged.status == Status.OK and logged.measured_by == "log"
+    assert not (Path(off.trial_dir) / "probe-1").exists()
+
+
+def test_a_command_without_torch_falls_back_to_its_log(tmp_path):
+    script = "\n".join(f"print('step {e} 5.000 ms/step 1600.0 samples/s', flush=True)" for e in range(12))
+    result = run_command_trial(spec_for(tmp_path, script, parser=STEP_RE))
+    assert result.status == Status.OK and result.measured_by == "log"
+    assert result.throughput == pytest.approx(1600.0)

@@ -1,6 +1,7 @@
 """workload=command end to end: real external commands through the real submitit launcher."""
 
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -141,3 +142,57 @@ def test_a_trial_stops_once_its_measurement_is_good_enough(tmp_path):
     row = rows_by_accum(sweep_dir)[1]
     assert row["status"] == "ok" and float(row["throughput_samples_per_s"]) == pytest.approx(1100.0)
     assert float(row["wall_s"]) < 30  # stopped long before the hour-long "run" or the time limit
+
+
+DDP_TRAINER = r'''
+import argparse, json, os, time
+import torch
+import torch.distributed as dist
+args = argparse.ArgumentParser()
+args.add_argument("--accum", type=int)
+args.add_argument("--gbs", type=int)
+a = args.parse_args()
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+with open(os.path.join(os.environ["SWEEP_TRIAL_DIR"], f"rank{rank}-{os.getpid()}.json"), "w") as f:
+    json.dump({"world": world, "port": os.environ["MASTER_PORT"], "cwd": os.getcwd()}, f)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(12):
+    for _ in range(a.accum):
+        model(torch.randn(a.gbs // (world * a.accum), 16)).sum().backward()
+    time.sleep(0.02)
+    opt.step()
+    opt.zero_grad()
+for epoch in (1, 2, 3):
+    if rank == 0:
+        print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : 400.00 | train_avg_took : 0.04", flush=True)
+dist.destroy_process_group()
+'''
+
+
+def test_a_torchrun_command_on_cpu2_starts_exactly_two_ranks_per_trial(tmp_path):
+    """Issue 29: one launcher per node per trial; torchrun starts the ranks (it used to be two launchers, four ranks)."""
+    (tmp_path / "train.py").write_text(DDP_TRAINER)  # relative: found where sweep starts, not in the trial dir
+    sweep_dir = tmp_path / "s"
+    argv = '["torchrun","--nproc_per_node={num_devices}","--nnodes={nodes}","--node_rank={node_rank}","--master_addr={master_addr}","--master_port={master_port}","train.py","--accum={accum}","--gbs={global_batch_size}"]'
+    proc = run_sweep(
+        [f"hydra.sweep.dir={sweep_dir}", "+machine=cpu2", "workload=command", f"workload.argv={argv}", "global_batch_size=16",
+         "accum=1,2", "search=grid", "max_in_flight=2", "trial.warmup_steps=2", "trial.measure_steps=4"],
+        cwd=tmp_path, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    # 1-D without being told: the command uses neither {split} nor {joint_batch}, so one pair per accum.
+    assert [(r["accum"], r["split"]) for r in csv.DictReader((sweep_dir / "trials.csv").open())] == [("1", "1"), ("2", "1")]
+    rows = rows_by_accum(sweep_dir)
+    assert set(rows) == {1, 2}
+    ports = set()
+    for accum in rows:
+        trial = sweep_dir / "trials" / f"accum{accum}_split1"
+        ranks = [json.loads(p.read_text()) for p in trial.glob("rank*.json")]
+        assert len(ranks) == 2 and {r["world"] for r in ranks} == {2}, ranks
+        assert {r["cwd"] for r in ranks} == {str(tmp_path)}
+        ports |= {r["port"] for r in ranks}
+        result = json.loads((trial / "result.json").read_text())
+        assert result["status"] == "ok" and result["measured_by"] == "probe" and result["ranks_seen"] == 2, result
+    assert len(ports) == 2 and "29500" not in ports  # each trial its own free port, side by side

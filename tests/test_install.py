@@ -17,6 +17,9 @@ def run(args, cwd):
 
 @pytest.mark.parametrize("args", [["dry_run=true"], ["+sweep=rnnt_base", "dry_run=true"], ["+machine=a100x8", "dry_run=true"]])
 def test_shipped_configs_are_found_from_any_directory(tmp_path, args):
+    # rnnt_base's command runs where sweep starts, which must hold its script (checked before launch).
+    (tmp_path / "caiman_asr_train").mkdir()
+    (tmp_path / "caiman_asr_train" / "train.py").write_text("")
     proc = run(args, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("dry run: ") and "nothing launched" in proc.stdout

@@ -13,7 +13,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,49 +24,51 @@ from sweep.core.spec import TrialSpec
 from sweep.errors import TemplateError  # noqa: F401 (defined there; still importable from here)
 from sweep.launch.memory import TreeMemorySampler, is_tight
 from sweep.launch.tree import PROCESSES_FILE, TreeTracker, become_subreaper, end_processes
+from sweep.workloads.command.launching import attempt_log, command_env, launch_values
+from sweep.workloads.command.launching import job_id as _job_id
 from sweep.workloads.command.template import PLACEHOLDERS, check_template, fill, missing_paths, template_fields  # noqa: F401 (re-exported)
-
-LOG_PREFIX = "command"
-# Thread-pool sizes machine.cpu_threads sets for a command, unless workload.env sets them itself.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 
 def run_command_trial(spec: TrialSpec) -> TrialResult:
     """Run the user's command for one candidate (one launcher on each node) and write the trial's result record."""
     from sweep.launch import evidence
-    from sweep.parsers import KillEvidence, LogTail, ThroughputError, classify_failure, parser_settings, read_tail
+    from sweep.parsers import LogTail, parser_settings
 
     wl = spec.workload
     trial_dir = Path(spec.trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
     launch = launch_values(spec)
+    writes = launch["node_rank"] == 0
     values = {**spec.numbers(), **launch}
     argv = [fill(a, values) for a in wl.argv]
     env = command_env(spec, {k: fill(str(v), values) for k, v in (wl.env or {}).items()})
     cwd = wl.cwd or os.getcwd()
     log_path = attempt_log(trial_dir, int(launch["node_rank"]))
     settings = parser_settings(wl.parser)  # the preset's warm-up, unit and scope; checked before launch
-    skip, stop_after = settings.skip_first, settings.stop_after
     parser = settings.make_parser()
-    context = settings.context(global_batch_size=values["global_batch_size"], num_devices=values["num_devices"], accum=values["accum"])
-    live_rate = functools.partial(live_throughput, context=context, unit=settings.throughput_unit)
-    summarize = functools.partial(
-        settings.summarize, global_batch_size=values["global_batch_size"], num_devices=values["num_devices"], accum=values["accum"]
-    )
-    timed = functools.partial(_timed_so_far, summarize=summarize, global_batch_size=values["global_batch_size"])
+    gbs = values["global_batch_size"]
+    context = settings.context(global_batch_size=gbs, num_devices=values["num_devices"], accum=values["accum"])
+    summarize = functools.partial(settings.summarize, global_batch_size=gbs, num_devices=values["num_devices"], accum=values["accum"])
+    probe = _probe_follower(spec, trial_dir, log_path, settings) if getattr(wl, "probe", False) else None
+    if probe is not None:
+        from sweep.probe import probe_env
+
+        env.update(probe_env(probe.record_dir, base_env=env))
     limit = float(spec.trial.time_limit_s)
     started_at, t0 = now_iso(), time.monotonic()
     base = dict(**spec.numbers(), log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command", started_at=started_at, fingerprint=spec.fingerprint)
     missing = missing_paths(argv, cwd)  # checked before launch where trials run here; on a cluster, here on the node
     if missing:
-        return _finish(spec, trial_dir, TrialResult(status=Status.FAILED, error=missing, finished_at=now_iso(), **base), writes=launch["node_rank"] == 0)
+        return _finish(spec, trial_dir, TrialResult(status=Status.FAILED, error=missing, finished_at=now_iso(), **base), writes=writes)
     print(f"accum={values['accum']} split={values['split']}: running {argv} in {cwd}; log {log_path}", flush=True)
 
     # Orphans of the command (a `setsid` child, a double fork) come back to this process, which
     # records every descendant as it appears and ends them all when the trial ends, however it ends.
     become_subreaper()
-    tracker = TreeTracker(trial_dir / PROCESSES_FILE if launch["node_rank"] == 0 else None).start()
+    tracker = TreeTracker(trial_dir / PROCESSES_FILE if writes else None).start()
     oom_kills_before = evidence.oom_kill_count()
+    enough = _Enough(spec.trial, settings.skip_first, settings.stop_after, functools.partial(_timed_so_far, summarize=summarize, global_batch_size=gbs), probe)
+    live_rate = functools.partial(live_throughput, context=context, unit=settings.throughput_unit)
     with open(log_path, "ab") as log:
         # A new session, so a stop reaches the whole process group (dataloader workers, ranks) at once.
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -74,7 +76,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         tail = LogTail(log_path)
         sampler = _memory_sampler(proc.pid, spec).start()
         try:
-            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, _Enough(spec.trial, skip, stop_after, timed), limit, t0, live_rate, functools.partial(_stop, proc, tracker))
+            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, enough, limit, t0, live_rate, functools.partial(_stop, proc, tracker))
         except BaseException:
             # Interrupted (the sweep cancelled this job): never leave the training command behind.
             _stop(proc, tracker)
@@ -86,36 +88,97 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     code = proc.wait()
     memory = sampler.stop()
     _stop(proc, tracker)  # whatever the command left behind (forked or setsid children)
+    if probe is not None:
+        probe.poll(force=True)
 
-    summary, why_not = None, ""
-    if measurements:
-        try:
-            summary = summarize(measurements)
-        except ThroughputError as e:
-            why_not = f": {e}"
     base.update(
         finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
         peak_mem_gib=memory.peak_gib, capacity_gib=memory.capacity_gib, headroom=memory.headroom,
     )
-    if timed_out:
-        result = TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
-    elif summary is not None and (code == 0 or stopped_early):
-        result = _ok_result(base, summary)
-        if stopped_early not in ("", _Enough.REASON):
-            result.stopped_early = stopped_early  # racing: the orchestrator's reason
-    elif code == 0:
-        result = TrialResult(status=Status.FAILED, error=f"exited 0 but printed no throughput the {settings.type} parser recognises{why_not}; see {log_path}", **base)
-    else:
-        kill = None
-        if code in (-9, 137):
-            kill = KillEvidence(
-                oom_kills=_rise(oom_kills_before, evidence.oom_kill_count()),
-                kernel_oom=evidence.kernel_log_names_oom(set(tracker.seen) | {proc.pid}),
-                peak_fraction=_peak_fraction(memory),
+    if probe is not None:
+        base.update(probe.memory_fields(spec.machine.device, float(spec.machine.memory_gib) if spec.machine.device == "cuda" else None))
+    ended = _Ended(code, timed_out, stopped_early, memory, set(tracker.seen) | {proc.pid}, oom_kills_before)
+    result = _result(spec, settings, _summary(summarize, measurements), probe, ended, base, log_path)
+    return _finish(spec, trial_dir, result, writes=writes)
+
+
+@dataclass
+class _Ended:
+    """How the command ended, and what is known about its memory if it was killed."""
+
+    code: int
+    timed_out: bool
+    stopped_early: str  # "" (ended by itself), _Enough.REASON, or racing's reason
+    memory: Any  # the sampler's MemoryReading
+    pids: set[int]  # every process of the trial's tree
+    oom_kills_before: int | None
+
+
+def _summary(summarize: Any, measurements: list[Any]) -> tuple[Any, str]:
+    """(the log's summary, or None, and why not: ": <reason>" or "")."""
+    from sweep.parsers import ThroughputError
+
+    if not measurements:
+        return None, ""
+    try:
+        return summarize(measurements), ""
+    except ThroughputError as e:
+        return None, f": {e}"
+
+
+def _result(spec: TrialSpec, settings: Any, log_summary: tuple[Any, str], probe: Any, ended: _Ended, base: dict[str, Any], log_path: Path) -> TrialResult:
+    """The trial's record: measured by the probe where it timed steps, else from the log; failures classified."""
+    from sweep.launch import evidence
+    from sweep.parsers import KillEvidence, classify_failure, read_tail
+
+    limit = float(spec.trial.time_limit_s)
+    summary_or_none, why_not = log_summary
+    probe_times = probe.timed() if probe is not None else []
+    if ended.timed_out:
+        return TrialResult(status=Status.TIMEOUT, error=f"still running after trial.time_limit_s={limit:g}s; stopped", **base)
+    if ended.code == 0 or ended.stopped_early:
+        if probe_times:
+            result = TrialResult(status=Status.OK, measured_by="probe", **probe.ok_fields(), **base)
+        elif summary_or_none is not None:
+            result = _ok_result(base, summary_or_none)
+            result.measured_by = "log"
+        else:
+            note = "" if probe is None else ("; the probe saw no optimizer step" if probe.report is not None and probe.report.armed else "; the probe never armed (no torch import)")
+            return TrialResult(
+                status=Status.FAILED, error=f"exited 0 but printed no throughput the {settings.type} parser recognises{why_not}{note}; see {log_path}", **base
             )
-        verdict = classify_failure(read_tail(log_path), exit_code=code, phase_patterns=wl.phase_patterns, kill_evidence=kill)
-        result = TrialResult(status=verdict.status if verdict.status != Status.OK else Status.FAILED, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
-    return _finish(spec, trial_dir, result, writes=launch["node_rank"] == 0)
+        if ended.stopped_early not in ("", _Enough.REASON):
+            result.stopped_early = ended.stopped_early  # racing: the orchestrator's reason
+        return result
+    kill = None
+    if ended.code in (-9, 137):
+        kill = KillEvidence(
+            oom_kills=_rise(ended.oom_kills_before, evidence.oom_kill_count()),
+            kernel_oom=evidence.kernel_log_names_oom(ended.pids),
+            peak_fraction=_peak_fraction(ended.memory),
+        )
+    verdict = classify_failure(read_tail(log_path), exit_code=ended.code, phase_patterns=spec.workload.phase_patterns, kill_evidence=kill)
+    status = verdict.status if verdict.status != Status.OK else Status.FAILED
+    result = TrialResult(status=status, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
+    oom = probe.oom() if probe is not None else None
+    if oom is not None:
+        from sweep.probe import oom_phase_of
+
+        result.oom_module = oom.module
+        if status == Status.OOM:
+            # The probe saw where: the module that was running, whatever the traceback's frames say.
+            result.oom_phase = oom_phase_of(oom.module) or result.oom_phase
+            result.error = f"{verdict.reason} (probe: in {oom.module or 'no module'} during {oom.where}, step {oom.step}, rank {oom.rank})"
+    return result
+
+
+def _probe_follower(spec: TrialSpec, trial_dir: Path, log_path: Path, settings: Any) -> Any:
+    from sweep.parsers.throughput import SAMPLES_PER_S, BatchContext, output_unit
+    from sweep.workloads.command.probed import ProbeFollower, probe_dir
+
+    figure = settings.prefer[0] if settings.prefer else settings.parser_spec.get("unit", SAMPLES_PER_S)
+    unit = output_unit(figure, BatchContext(tokens_per_sample=settings.tokens_per_sample), settings.throughput_unit)
+    return ProbeFollower(probe_dir(trial_dir, log_path), int(spec.trial.warmup_steps), int(spec.global_batch_size), settings.tokens_per_sample, unit)
 
 
 def _finish(spec: TrialSpec, trial_dir: Path, result: TrialResult, writes: bool) -> TrialResult:
@@ -141,82 +204,12 @@ def _peak_fraction(memory: Any) -> float | None:
     return float(memory.peak_gib) / capacity if capacity else None
 
 
-def launch_values(spec: TrialSpec) -> dict[str, Any]:
-    """{nodes}, {node_rank}, {master_addr}, {master_port} for this node's launcher.
-
-    One job per trial with one task per node: the job environment says which node this is and
-    where node 0 runs. A local trial gets a port the OS says is free now, so trials side by side
-    never meet on torchrun's default 29500; the nodes of a multi-node job cannot ask each other,
-    so theirs is derived from the job id.
-    """
-    import zlib
-
-    nodes = int(spec.machine.nodes or 1)
-    node_rank, addr, job_id = 0, "127.0.0.1", ""
-    try:
-        import submitit
-
-        job = submitit.JobEnvironment()
-        node_rank, job_id = int(job.node), str(job.job_id)
-        if nodes > 1:
-            addr = str(job.hostnames[0])
-    except (RuntimeError, ImportError, IndexError, ValueError):
-        pass
-    port = 20000 + zlib.crc32(job_id.encode()) % 20000 if nodes > 1 else free_port()
-    return {"nodes": nodes, "node_rank": node_rank, "master_addr": addr, "master_port": port}
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def command_env(spec: TrialSpec, own: Mapping[str, str]) -> dict[str, str]:
-    """The command's environment: this job's, machine.cpu_threads as the thread-pool sizes, its trial dir, then workload.env."""
-    env = dict(os.environ)
-    threads = spec.machine.cpu_threads
-    if threads:
-        env.update({name: str(int(threads)) for name in THREAD_VARIABLES})
-    env["SWEEP_TRIAL_DIR"] = str(Path(spec.trial_dir).resolve())  # where a command may leave files of its own
-    env.update(own)
-    return env
-
-
-def attempt_log(trial_dir: Path, node_rank: int = 0) -> Path:
-    """A log file of this attempt's own (command-1.log, command-2.log, ...): a rerun never reads an earlier run's figures.
-
-    Created here, exclusively, so that two attempts can never share one; other nodes' launchers
-    (multi-node) log beside it under their job id and node rank.
-    """
-    if node_rank:
-        return trial_dir / f"{LOG_PREFIX}-job{_job_id() or os.getpid()}-node{node_rank}.log"
-    n = 1 + max((int(p.stem.split("-")[1]) for p in trial_dir.glob(f"{LOG_PREFIX}-*.log") if p.stem.split("-")[1].isdigit()), default=0)
-    while True:
-        path = trial_dir / f"{LOG_PREFIX}-{n}.log"
-        try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-            return path
-        except FileExistsError:
-            n += 1
-
-
 def _memory_sampler(pid: int, spec: TrialSpec) -> TreeMemorySampler:
     """GPU profile: NVML, else the emulated cards. CPU profile: resident memory against the host's, even
     on a host with GPUs, since nothing holds a user's command to machine.memory_gib there."""
     if spec.machine.device == "cuda":
         return TreeMemorySampler(pid, capacity_gib=float(spec.machine.memory_gib) * spec.num_devices)
     return TreeMemorySampler(pid, capacity_gib=None, nvml_factory=lambda: None)
-
-
-def _job_id() -> str:
-    """This trial's submitit job id; empty outside a submitit job."""
-    import submitit
-
-    try:
-        return str(submitit.JobEnvironment().job_id)
-    except RuntimeError:
-        return ""
 
 
 def _follow(
@@ -227,11 +220,17 @@ def _follow(
     The last element says why the command was stopped: "" (it ended by itself), _Enough.REASON, or racing's reason.
     """
     measurements: list[Any] = []
+    shown = 0
     while True:
         code = proc.poll()
         new = [m for chunk in tail.drain() for m in parser.feed(chunk)]  # all that is new, not one chunk a poll
-        if new:
-            measurements += new
+        measurements += new
+        probed = enough.probe_timed()
+        if probed and len(probed) != shown:
+            shown = len(probed)
+            write_progress(trial_dir, progress_record(probed, throughput=enough.probe.rate(probed[-1]), throughput_unit=enough.probe.unit,
+                                                      measurements=shown, warmup_measurements=enough.probe.warmup_steps, measured_by="probe"))
+        elif new and not probed:
             _write_progress(trial_dir, measurements, enough, rate)
         if code is not None:
             return measurements, False, ""
@@ -246,14 +245,22 @@ def _follow(
 
 
 class _Enough:
-    """When to stop the user's command: parser.stop_after figures after the warm-up if set, else once
-    core/measure.py's measured_enough_for holds for the measured figures; or when racing's stop.json appears."""
+    """When to stop the user's command: once core/measure.py's measured_enough_for holds for the probe's
+    timed steps; without them, parser.stop_after figures after the warm-up if set, else measured_enough_for
+    on the log's figures; or when racing's stop.json appears."""
 
     REASON = "measured enough"
 
-    def __init__(self, trial: Any, skip: int, stop_after: Any, timed: Any) -> None:
-        self.trial, self.skip, self.stop_after, self._timed = trial, skip, stop_after, timed
+    def __init__(self, trial: Any, skip: int, stop_after: Any, timed: Any, probe: Any = None) -> None:
+        self.trial, self.skip, self.stop_after, self._timed, self.probe = trial, skip, stop_after, timed, probe
         self._cached: tuple[int, list[float]] = (0, [])
+
+    def probe_timed(self) -> list[float]:
+        """The probe's timed steps so far (read at most every probed.READ_EVERY_S); [] without the probe."""
+        if self.probe is None:
+            return []
+        self.probe.poll()
+        return self.probe.timed()
 
     def timed(self, measurements: list[Any]) -> list[float]:
         """The measured step times so far; summarised once per new figure, not once per poll."""
@@ -262,6 +269,11 @@ class _Enough:
         return self._cached[1]
 
     def reason_to_stop(self, measurements: list[Any], trial_dir: Path) -> str:
+        probed = self.probe_timed()
+        if probed:
+            if measured_enough_for(probed, self.trial):
+                return self.REASON
+            return stop_requested(trial_dir) or ""
         times = self.timed(measurements)
         if self.stop_after is not None:
             if len(measurements) >= self.skip + int(self.stop_after):
