@@ -35,7 +35,8 @@ from sweep_run import run_sweep
 ROOT = Path(__file__).resolve().parents[1]
 FRAMEWORKS = Path(__file__).with_name("frameworks")
 PRESETS = ROOT / "src" / "sweep" / "conf" / "sweep"
-TOLERANCE = 0.02  # the probe's median step time against the framework's own, same steps
+TOLERANCE = 0.02  # the probe against the framework's own timing of the same steps
+RANKING_NOISE = 0.05  # two pairs whose own median step times differ by less are not ranked
 
 pytestmark = pytest.mark.e2e
 
@@ -135,11 +136,35 @@ def probe_steps(trial_dir: Path) -> tuple[list[int], dict[int, float]]:
     return report.ranks, {s.index: s.seconds for s in report.steps}
 
 
-def compare(probe: dict[int, float], own: dict[int, float], skip: int) -> tuple[float, float, int]:
-    """The two medians over the steps both measured, past the warm-up, and how many steps that is."""
+@dataclass(frozen=True)
+class Agreement:
+    """The probe against the framework's own timing, over the optimizer steps both timed (past the warm-up)."""
+
+    steps: int
+    probe_median: float  # seconds
+    own_median: float
+    median_ratio: float  # median over those steps of probe / own, step by step
+    total_ratio: float  # their sums' ratio: the same wall time, whatever falls between the two marks
+
+    def line(self) -> str:
+        return (f"probe {self.probe_median * 1000:7.2f} ms/step, own {self.own_median * 1000:7.2f} ms/step (medians of {self.steps} "
+                f"steps); step by step probe/own: median {self.median_ratio:.4f}, in total {self.total_ratio:.4f}")
+
+
+def compare(probe: dict[int, float], own: dict[int, float], skip: int) -> Agreement:
+    """Step by step: each of the two marks an optimizer step's end, one in torch's step hook, the other in the framework's
+    callback a little later, so a stall of this busy box between them moves time from one step to the next on one side
+    only. The per-step ratios' median and the sums are immune to that; the two medians of step times are not, and are
+    reported beside them."""
     common = sorted(i for i in set(probe) & set(own) if i >= skip)
     assert len(common) >= 5, f"too few common steps: probe {sorted(probe)}, own {sorted(own)}"
-    return statistics.median(probe[i] for i in common), statistics.median(own[i] for i in common), len(common)
+    return Agreement(
+        steps=len(common),
+        probe_median=statistics.median(probe[i] for i in common),
+        own_median=statistics.median(own[i] for i in common),
+        median_ratio=statistics.median(probe[i] / own[i] for i in common),
+        total_ratio=sum(probe[i] for i in common) / sum(own[i] for i in common),
+    )
 
 
 # ---------------------------------------------------------------- the sweeps
@@ -209,7 +234,7 @@ def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(nam
         pytest.importorskip(module, reason=f"{module} not installed (pip install -e .[frameworks])")
     sweep_dir, steps_dir, _ = run_preset(name, tmp_path)
     skip = max(3, int(shipped(name)["workload"]["parser"]["skip_first"]))  # the preset's warm-up, at least 3 steps
-    medians = {}
+    own_medians, sweep_figures = {}, {}
     for accum, trial_dir in sorted(trials(sweep_dir).items()):
         ranks, probe = probe_steps(trial_dir)
         if case.own_timing == "file":
@@ -217,16 +242,21 @@ def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(nam
         else:
             own = independent_from_log(trial_dir, name, GLOBAL_BATCH)
         assert ranks == [0] and list(own) == [0], (ranks, list(own))
-        probe_median, own_median, n = compare(probe, own[0], skip)
-        medians[accum] = (probe_median, own_median)
-        REPORT.append(f"{name:9s} accum={accum} micro-batch={GLOBAL_BATCH // accum:2d}: probe {probe_median * 1000:8.2f} ms/step, "
-                      f"{'own file' if case.own_timing == 'file' else 'own log'} {own_median * 1000:8.2f} ms/step over {n} steps "
-                      f"({probe_median / own_median - 1:+.2%})")
-        assert probe_median == pytest.approx(own_median, rel=TOLERANCE), REPORT[-1]
-    by_probe = sorted(medians, key=lambda a: medians[a][0])
-    by_own = sorted(medians, key=lambda a: medians[a][1])
-    close = abs(medians[1][1] / medians[2][1] - 1) < TOLERANCE  # within the tolerance the order is noise
-    assert close or by_probe == by_own, medians
+        agreement = compare(probe, own[0], skip)
+        own_medians[accum] = agreement.own_median
+        sweep_figures[accum] = json.loads((trial_dir / "result.json").read_text())["throughput"]
+        REPORT.append(f"{name:9s} accum={accum} micro-batch={GLOBAL_BATCH // accum:2d}: {agreement.line()}; "
+                      f"the sweep recorded {sweep_figures[accum]:.1f} samples/s")
+        assert agreement.median_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
+        assert agreement.total_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
+    # The ranking: the sweep's figures (the probe's) order the pairs as the framework's own step times do, unless
+    # those are too close for an order (run-to-run noise between two trial processes on this box is several %).
+    by_sweep = sorted(sweep_figures, key=lambda a: -sweep_figures[a])
+    by_own = sorted(own_medians, key=lambda a: own_medians[a])
+    close = abs(own_medians[1] / own_medians[2] - 1) < RANKING_NOISE
+    REPORT.append(f"{name:9s} fastest by the sweep: accum={by_sweep[0]}, by its own timing: accum={by_own[0]}"
+                  + (" (within the noise: not ranked)" if close else ""))
+    assert close or by_sweep == by_own, REPORT[-1]
 
 
 @needs("transformers", "accelerate")
