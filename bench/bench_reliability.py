@@ -21,7 +21,7 @@ helpers, tests/faultlib.py) and counts, rather than asserts, what happened:
 
 Exits 1 if any result was lost, any trial ran twice, or any scenario did not behave.
 
-    python bench/bench_reliability.py [--seeds 7 2024] [--skip-bad-input]
+    python bench/bench_reliability.py [--seeds 7 2024] [--skip-bad-input] [--only launches faults]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import faultlib as F  # noqa: E402
 
 class Tally:
     def __init__(self) -> None:
-        self.kills = self.faults = self.bad_inputs = self.lost = self.interrupts = self.refused = 0
+        self.kills = self.faults = self.bad_inputs = self.lost = self.interrupts = self.refused = self.wrong = 0
         self.problems: list[str] = []
         self.skipped: list[str] = []
 
@@ -115,6 +115,44 @@ def other_faults(root: Path, t: Tally) -> None:
     t.faults += 1
     t.expect(r["resumed"].returncode == 0 and "ignoring" in r["resumed"].stdout and r["counts"] == {(1, 1): 1, (2, 1): 2}, "torn record on resume")
     print("torn result.json found on resume: reported, that trial rerun, the other reused")
+
+
+def launches(root: Path, t: Tally) -> None:
+    """Issue 30's process and launch items, each a named case with what the user now sees."""
+    import launch_cases as L
+
+    def seen(row: dict) -> str:
+        return f"{row.get('status')}: {row.get('reason', '')[:100]}"
+
+    r = L.stopped_job(root / "stopped_job")
+    t.faults += 1
+    t.expect(r["row"].get("status") == "timeout" and r["wall_s"] < 60 and not r["left_running"], f"stopped_job: {r}")
+    print(f"stopped_job (SIGSTOP, limit 6 s): sweep done in {r['wall_s']:.0f}s (was 600 s); {seen(r['row'])}; left running: {r['left_running']}")
+    r = L.killed_job(root / "killed_job")
+    t.faults += 1
+    t.expect(not r["left_running"], f"killed_job: {r}")
+    print(f"killed_job (the trial's job SIGKILLed): {seen(r['row'])}; command and setsid child left running: {r['left_running']}")
+    r = L.escaping_child(root / "escaping_child")
+    t.faults += 1
+    t.expect(r["row"].get("status") == "ok" and not r["left_running"], f"escaping_child: {r}")
+    print(f"escaping_child (setsid child, command exits): {seen(r['row'])}; left running: {r['left_running']}")
+    r = L.reused_pid(root / "reused_pid")
+    t.faults += 1
+    t.expect(not r["attached"] and not r["attached_without_time"], f"reused_pid: {r}")
+    print(f"reused_pid (job.json pid now another sweep's controller): re-attached: {r['attached'] or r['attached_without_time']}")
+    r = L.rerun_reads_its_own_log(root / "rerun_log")
+    t.faults += 1
+    wrong = abs(r["rerun"].throughput - 4800) > 1
+    t.wrong += wrong
+    t.expect(not wrong, f"rerun_log: {r['rerun']}")
+    print(f"rerun_log (cancelled at 1600, rerun at 4800): {r['rerun'].status} {r['rerun'].throughput:.1f} samples/s from {Path(r['rerun'].log).name}")
+    for name, mib, warmup in (("log_6mb_then_figures", 6, False), ("log_8mb_after_warmup", 8, True)):
+        res = L.large_log(root / name, mib, warmup)["result"]
+        t.faults += 1
+        wrong = res.status != "ok" or abs((res.throughput or 0) - 1600) > 1
+        t.wrong += wrong
+        t.expect(not wrong, f"{name}: {res.status} {res.throughput} {res.error}")
+        print(f"{name}: {res.status} {res.throughput or 0:.1f} samples/s (the figures after {mib} MiB of output)")
 
 
 def interrupts(root: Path, t: Tally) -> None:
@@ -192,20 +230,26 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[7, 2024], help="one kill campaign per seed")
     ap.add_argument("--skip-bad-input", action="store_true")
+    ap.add_argument("--only", nargs="+", metavar="GROUP", help="run only these groups: kills faults other launches interrupts reruns bad_inputs")
     args = ap.parse_args()
     t = Tally()
     t0 = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="bench_reliability_"))
     try:
-        steps = (lambda: kills(root / "kills", args.seeds, t), lambda: failing_trials(root / "faults", t), lambda: other_faults(root, t),
-                 lambda: interrupts(root / "interrupts", t), lambda: reruns_refused(root / "reruns", t))
-        for step in steps:
+        groups = {
+            "kills": lambda: kills(root / "kills", args.seeds, t), "faults": lambda: failing_trials(root / "faults", t),
+            "other": lambda: other_faults(root, t), "launches": lambda: launches(root / "launches", t),
+            "interrupts": lambda: interrupts(root / "interrupts", t), "reruns": lambda: reruns_refused(root / "reruns", t),
+        }
+        if not args.skip_bad_input:
+            groups["bad_inputs"] = lambda: bad_inputs(root, t)
+        for name, step in groups.items():
+            if args.only and name not in args.only:
+                continue
             try:
                 step()
             except AssertionError as e:  # a scenario's own precondition failed
                 t.problems.append(f"scenario failed: {e}")
-        if not args.skip_bad_input:
-            bad_inputs(root, t)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print()
@@ -214,9 +258,9 @@ def main() -> int:
     for p in t.problems:
         print(f"PROBLEM: {p}")
     print(f"kills survived: {t.kills}, faults injected: {t.faults}, bad inputs tried: {t.bad_inputs}, "
-          f"interrupts: {t.interrupts}, reruns refused: {t.refused}, results lost: {t.lost}")
+          f"interrupts: {t.interrupts}, reruns refused: {t.refused}, results lost: {t.lost}, wrong answers given with confidence: {t.wrong}")
     print(f"({time.monotonic() - t0:.0f}s)")
-    return 1 if t.lost or t.problems else 0
+    return 1 if t.lost or t.wrong or t.problems else 0
 
 
 if __name__ == "__main__":

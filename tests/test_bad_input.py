@@ -26,7 +26,7 @@ BROKEN_FILES = {
     "unknown_key.yaml": "# @package _global_\ntrial:\n  timelimit: 5\n",
     "bad_regex.yaml": (
         "# @package _global_\ndefaults:\n  - override /workload: command\n"
-        'workload:\n  argv: [python]\n  parser:\n    type: regex\n    pattern: "("\n'
+        'workload:\n  argv: [python, "--b={accum}"]\n  parser:\n    type: regex\n    pattern: "("\n'
     ),
 }
 
@@ -132,8 +132,12 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("unknown_placeholder", cmd(command=argv("python", "--x={nope}")), ["{nope}", "valid placeholders are {accum}"]),
     ("placeholder_format_spec", cmd(command=argv("python", "--x={accum:>5}")), ["{accum:>5}", "valid placeholders are"]),
     ("placeholder_conversion", cmd(command=argv("python", "--x={accum!r}")), ["{accum!r}", "valid placeholders are"]),
-    ("missing_executable", cmd(command=argv("no-such-trainer-xyz")), ["'no-such-trainer-xyz'", "not an executable on PATH", "full path"]),
-    ("missing_executable_path", cmd(command=argv("/nonexistent/bin/train")), ["'/nonexistent/bin/train'", "not an executable"]),
+    ("missing_executable", cmd(command=argv("no-such-trainer-xyz", "--b={accum}")), ["'no-such-trainer-xyz'", "not an executable on PATH", "full path"]),
+    ("missing_executable_path", cmd(command=argv("/nonexistent/bin/train", "--b={accum}")), ["'/nonexistent/bin/train'", "not an executable"]),
+    # issue 29: a command that would run the same in every pair; a script or cwd that is not there
+    ("no_batch_placeholder", cmd(command=argv(sys.executable, str(FAULT), "--steps=3")), ["use none of {accum}, {split}", "--batch_size={per_device_batch}"]),
+    ("missing_script", cmd(command=argv("python", "no_such_train.py", "--b={accum}")), ["'no_such_train.py'", "not a file in", "workload.cwd"]),
+    ("missing_cwd", cmd("workload.cwd=/no/such/dir"), ["workload.cwd='/no/such/dir' is not a directory"]),
     ("empty_command", cmd(command="workload.argv=[]"), ["workload.argv is empty", "e.g. [python, train.py"]),
     # -- issue 13: never silently wrong
     ("sweep_value_then_plain_value", cmd("accum=1,2", "accum=4"), ["accum is given twice", "'accum=1,2' and 'accum=4'", "give it once"]),
@@ -289,7 +293,7 @@ def test_memory_gib_above_the_card_warns_in_one_line_and_uses_the_card(tmp_path,
         "    print(f'DLL 2024-01-02 10:11:1{e}.123456 - epoch {e:4d} | train_avg_throughput-audio-samples-per-sec : 100.00 | train_avg_took : 0.16', flush=True)\n"
     )
     code = run_main_in_process(
-        ["workload=command", f"workload.argv=[{sys.executable},{script}]", "machine.device=cuda", "machine.memory_gib=80",
+        ["workload=command", f"workload.argv=[{sys.executable},{script},'--a={{accum}}']", "machine.device=cuda", "machine.memory_gib=80",
          "global_batch_size=8", "accum=1", "split=1", "search=grid", "trial.time_limit_s=60", f"hydra.sweep.dir={tmp_path / 's'}"],
         monkeypatch,
     )

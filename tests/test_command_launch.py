@@ -250,6 +250,7 @@ for step in range(40):
     opt.zero_grad()
     own.append(time.perf_counter() - t)
     print(f"step {step} {own[-1] * 1000:.3f} ms/step {8 / own[-1]:.1f} samples/s", flush=True)
+    print(f"bar {step} rate={2 * 8 / own[-1]:.1f} samples/s", flush=True)  # a progress bar that counts twice
 open(os.path.join(os.environ["SWEEP_TRIAL_DIR"], "own.json"), "w").write(json.dumps(own))
 """
 
@@ -265,6 +266,20 @@ def test_the_probe_measures_a_torch_command_and_the_log_is_the_fallback(tmp_path
     assert probe_median == pytest.approx(statistics.median(own), rel=0.05)  # the script's own timer, independently
     assert result.throughput == pytest.approx(8 / probe_median, rel=1e-6)
     assert (Path(probed.trial_dir) / "probe-1").is_dir()
+    # sweep.logs shows the probe's figures beside the log's (here the script prints its own step times: they agree).
+    import io
+
+    from sweep.logs import main as logs_main
+
+    out = io.StringIO()
+    code = logs_main([result.log, "--parser", "regex", "--pattern", STEP_RE["pattern"], "--global-batch-size", "8"], out=out)
+    assert code == 0, out.getvalue()
+    text = out.getvalue()
+    assert "probe (" in text and "1 rank(s)" in text and "log vs probe:" in text and ": agree (" in text, text
+    out = io.StringIO()
+    bar = r"bar (?P<step>\d+) rate=(?P<throughput>[\d.]+) samples/s"
+    assert logs_main([result.log, "--parser", "regex", "--pattern", bar, "--global-batch-size", "8"], out=out) == 0
+    assert ": DISAGREE (" in out.getvalue(), out.getvalue()
     # The probe off: the same command measured from its log.
     (tmp_path / "off").mkdir()
     off = spec_for(tmp_path / "off", TORCH_TRAINER, parser=STEP_RE, trial=trial)

@@ -124,3 +124,55 @@ def test_a_damaged_record_found_on_resume_is_reported_and_rerun_not_trusted(tmp_
     assert r["counts"] == {(1, 1): 1, (2, 1): 2}  # only the torn one ran again
     assert r["final"] == {(1, 1): ("ok", ""), (2, 1): ("ok", "")}
     assert json.loads(r["path"].read_text())["status"] == "ok"
+
+
+# -- issue 30: processes and launches (scenarios in tests/launch_cases.py) -------------------------
+
+
+def test_a_stopped_trial_job_is_ended_within_a_bounded_grace(tmp_path):
+    import launch_cases as L
+
+    r = L.stopped_job(tmp_path)
+    assert r["exit"] == 1 and "Traceback" not in r["stderr"], r["stderr"]  # 1: no trial ran ok
+    assert r["row"]["status"] == "timeout", r["row"]
+    assert r["wall_s"] < 60, r  # SIGCONT, SIGINT, SIGTERM, SIGKILL: seconds past the limit, not 600
+    assert r["left_running"] == []
+
+
+def test_a_killed_trial_job_does_not_leave_its_command_running(tmp_path):
+    import launch_cases as L
+
+    r = L.killed_job(tmp_path)
+    assert r["exit"] == 1 and "Traceback" not in r["stderr"], r["stderr"]  # 1: no trial ran ok
+    assert r["row"]["status"] == "failed", r["row"]
+    assert r["left_running"] == []  # the command and its setsid child, ended from the trial's record
+
+
+def test_a_child_that_leaves_the_session_ends_with_its_trial(tmp_path):
+    import launch_cases as L
+
+    r = L.escaping_child(tmp_path)
+    assert r["exit"] == 0 and r["row"]["status"] == "ok", r
+    assert r["left_running"] == []
+
+
+def test_a_reused_pid_of_another_sweeps_controller_is_not_reattached(tmp_path):
+    import launch_cases as L
+
+    assert L.reused_pid(tmp_path) == {"attached": False, "attached_without_time": False}
+
+
+def test_a_rerun_reads_only_its_own_attempts_log(tmp_path):
+    import launch_cases as L
+
+    r = L.rerun_reads_its_own_log(tmp_path)
+    assert r["first"].throughput == pytest.approx(1600) and r["rerun"].throughput == pytest.approx(4800)
+    assert r["first"].log != r["rerun"].log
+
+
+@pytest.mark.parametrize("noise_mib, warmup", [(6, False), (8, True)])
+def test_figures_after_megabytes_of_output_are_read(tmp_path, noise_mib, warmup):
+    import launch_cases as L
+
+    result = L.large_log(tmp_path, noise_mib, warmup)["result"]
+    assert result.status == "ok" and result.throughput == pytest.approx(1600.0), result

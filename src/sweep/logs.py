@@ -6,6 +6,10 @@ Prints every figure the parser finds (step or epoch, value, unit, and whether it
 measured or ignored), then the throughput a trial would record: the median, its 95%
 interval and the unit. Bad input (unknown parser, unreadable file, no figures, a figure
 that needs a flag not given): one line on stderr, exit status 2.
+
+A trial's log (trials/<pair>/command-N.log) has the probe's records beside it (probe-N, or
+--probe DIR): the probe's figures are shown next to the log's, and a disagreement over
+DISAGREE_FRACTION is flagged (a smoothed bar, an average that includes validation, ...).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from sweep.errors import UsageError as _BadInput
@@ -21,6 +26,7 @@ from sweep.parsers.formats import PARSER_TYPES, valid_types
 from sweep.parsers.throughput import IGNORED, ThroughputError
 
 BAD_INPUT = 2
+DISAGREE_FRACTION = 0.05  # log and probe medians further apart than this are flagged
 
 
 def _positive_int(text: str) -> int:
@@ -75,6 +81,8 @@ def build_argparser() -> argparse.ArgumentParser:
     p.add_argument("--accum", type=_positive_int, metavar="N", help="micro-batches per optimizer step (for bars that count micro-batches)")
     p.add_argument("--tokens-per-sample", type=_positive_float, metavar="N", help="tokens in one sample: report tokens/s")
     p.add_argument("--skip-first", type=_skip, metavar="N", help="warm-up figures to skip (default: the preset's)")
+    p.add_argument("--probe", metavar="DIR", help="the probe's record dir to compare with (default: probe-N beside command-N.log)")
+    p.add_argument("--probe-warmup", type=_skip, default=2, metavar="N", help="probe steps not timed (trial.warmup_steps; default 2)")
     return p
 
 
@@ -107,7 +115,10 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
         measurements = scan_file(args.file, settings.make_parser())
     except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
         raise _BadInput(f"sweep.logs: cannot read {args.file}: {e.strerror}") from None
+    probe_dir = _probe_dir(args)
     if not measurements:
+        if probe_dir is not None:
+            _print_probe(out, probe_dir, args, None)
         raise _BadInput(f"sweep.logs: no figures the {args.parser} parser recognises in {args.file}")
     try:
         summary = settings.summarize(
@@ -118,7 +129,48 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
         raise _BadInput(f"sweep.logs: {e}") from None
     _print_figures(out, measurements, summary)
     _print_summary(out, summary, settings.skip_first, settings.warmup_by)
+    if probe_dir is not None:
+        _print_probe(out, probe_dir, args, summary)
     return 0
+
+
+def _probe_dir(args: argparse.Namespace) -> Path | None:
+    """--probe, else the probe-N dir beside a trial's command-N.log; None where there is none."""
+    if args.probe:
+        if not Path(args.probe).is_dir():
+            raise _BadInput(f"sweep.logs: --probe {args.probe!r} is not a directory")
+        return Path(args.probe)
+    log = Path(args.file)
+    beside = log.with_name(log.stem.replace("command", "probe", 1)) if log.stem.startswith("command-") else None
+    return beside if beside is not None and beside.is_dir() else None
+
+
+def _print_probe(out: TextIO, record_dir: Path, args: argparse.Namespace, log: ThroughputSummary | None) -> None:
+    """The probe's figures for the same run, and whether the log's median agrees with them."""
+    from sweep.core.stats import throughput_summary
+    from sweep.probe import read_probe
+
+    report = read_probe(record_dir)
+    print(file=out)
+    if not report.armed:
+        print(f"probe ({record_dir}): never armed (the command did not import torch); the log's figures stand alone", file=out)
+        return
+    times = [t for t in report.step_times_s[args.probe_warmup :] if t > 0]
+    peak = "" if report.peak_bytes is None else f"; peak {report.peak_bytes / 1024**3:.3f} GiB at step {report.peak_step}"
+    print(f"probe ({record_dir}): {len(report.ranks)} rank(s), {len(report.step_times_s)} step(s), first {args.probe_warmup} not timed{peak}", file=out)
+    if not times or args.global_batch_size is None:
+        why = "no timed step" if not times else "give --global-batch-size for its throughput"
+        print(f"probe throughput: unknown ({why})", file=out)
+        return
+    value, low, high = throughput_summary(times, args.global_batch_size)
+    factor = args.tokens_per_sample if log is not None and log.unit == "tokens/s" and args.tokens_per_sample else 1.0
+    unit = "tokens/s" if factor != 1.0 else "samples/s"
+    print(f"probe throughput: {value * factor:,.1f} {unit}, 95% interval [{low * factor:,.1f}, {high * factor:,.1f}] over {len(times)} step(s)", file=out)
+    if log is None or log.unit != unit:
+        return
+    gap = abs(log.value - value * factor) / (value * factor)
+    verdict = "DISAGREE" if gap > DISAGREE_FRACTION else "agree"
+    print(f"log vs probe: {log.value:,.1f} vs {value * factor:,.1f} {unit}: {verdict} ({gap:.1%} apart; flagged above {DISAGREE_FRACTION:.0%})", file=out)
 
 
 def _print_figures(out: TextIO, measurements: Sequence, summary: ThroughputSummary | None) -> None:

@@ -22,8 +22,7 @@ from sweep.parsers.tail import read_tail
 def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: bool, cancelled: bool, wall_s: float) -> TrialResult:
     """The record of a job that has ended: the trial's own result.json, else one built from the
     job's state and log, which goes to ended.json (the trial's file is the trial's alone)."""
-    if not isinstance(job, submitit.SlurmJob):
-        _end_leftovers(Path(trial_dir))
+    leftovers = 0 if isinstance(job, submitit.SlurmJob) else _end_leftovers(Path(trial_dir))
     log = job_log(job)
     path = Path(trial_dir) / RESULT_FILE
     broken = ""
@@ -38,6 +37,8 @@ def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: b
     status, phase, reason = _classify_ended(job, log, timed_out=timed_out, cancelled=cancelled, spec=spec)
     if broken:
         reason = f"{broken}; {reason}"
+    if leftovers and not (timed_out or cancelled):
+        reason = f"the trial's job ended without its record (killed?) with {leftovers} process(es) of its command still running, now ended; {reason}"
     res = TrialResult(
         **spec.numbers(),
         fingerprint=spec.fingerprint,
@@ -54,9 +55,10 @@ def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: b
     return res
 
 
-def _end_leftovers(trial_dir: Path) -> None:
+def _end_leftovers(trial_dir: Path) -> int:
     """A local job killed outright (its trial could not end its command) leaves the command's processes
-    running beside the next trial: end every one the trial recorded that is still the same process."""
+    running beside the next trial: end every one the trial recorded that is still the same process
+    (in the background: the loop goes on). How many there were."""
     import signal
 
     from sweep.launch.tree import end_in_background, recorded, same_process
@@ -64,6 +66,7 @@ def _end_leftovers(trial_dir: Path) -> None:
     alive = [(pid, t) for pid, t in recorded(trial_dir) if same_process(pid, t) is not None]
     if alive:
         end_in_background(alive, signal.SIGTERM)
+    return len(alive)
 
 
 def forget_ended(trial_dir: Path) -> None:
