@@ -244,11 +244,15 @@ def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(nam
         assert ranks == [0] and list(own) == [0], (ranks, list(own))
         agreement = compare(probe, own[0], skip)
         own_medians[accum] = agreement.own_median
-        sweep_figures[accum] = json.loads((trial_dir / "result.json").read_text())["throughput"]
+        record = json.loads((trial_dir / "result.json").read_text())
+        assert record["measured_by"] == "probe", record
+        sweep_figures[accum] = record["throughput"]
         REPORT.append(f"{name:9s} accum={accum} micro-batch={GLOBAL_BATCH // accum:2d}: {agreement.line()}; "
-                      f"the sweep recorded {sweep_figures[accum]:.1f} samples/s")
+                      f"the sweep recorded {record['throughput']:,.1f} {record['throughput_unit']}")
         assert agreement.median_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
         assert agreement.total_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
+        if name in CROSS_CHECKED:
+            REPORT.append(log_beside_probe(name, trial_dir, accum))
     # The ranking: the sweep's figures (the probe's) order the pairs as the framework's own step times do, unless
     # those are too close for an order (run-to-run noise between two trial processes on this box is several %).
     by_sweep = sorted(sweep_figures, key=lambda a: -sweep_figures[a])
@@ -269,18 +273,36 @@ def test_torchrun_on_cpu2_starts_two_ranks_per_trial(tmp_path: Path) -> None:
         assert ranks == [0, 1] and sorted(own) == [0, 1], REPORT[-1]
 
 
-@pytest.mark.parametrize("name", ["hf", "lightning", "timm"])
-def test_the_log_preset_beside_the_probe(name: str, tmp_path: Path) -> None:
-    """workload.probe=false: the sweep reads the preset's log figures; `python -m sweep.logs` shows them beside the probe's."""
+CROSS_CHECKED = ("hf", "lightning", "timm")
+
+
+def log_beside_probe(name: str, trial_dir: Path, accum: int) -> str:
+    """`python -m sweep.logs` on the trial's log with the preset's parser: the log's figures beside the probe's
+    (its records of the same run, probe-N beside command-N.log)."""
+    log = max(trial_dir.glob("command-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+    logs = subprocess.run(
+        [sys.executable, "-m", "sweep.logs", str(log), "--parser", shipped(name)["workload"]["parser"]["type"],
+         f"--global-batch-size={GLOBAL_BATCH}", f"--accum={accum}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert logs.returncode == 0, logs.stdout + logs.stderr
+    assert "probe throughput:" in logs.stdout and "log vs probe:" in logs.stdout, logs.stdout
+    tail = [line for line in logs.stdout.splitlines() if line.startswith(("throughput:", "from:", "probe", "log vs probe"))]
+    return f"  python -m sweep.logs {log.relative_to(trial_dir.parent.parent)} --parser {name}:\n    " + "\n    ".join(tail)
+
+
+@pytest.mark.parametrize("name", CROSS_CHECKED)
+def test_with_the_probe_off_the_preset_reads_the_log(name: str, tmp_path: Path) -> None:
+    """workload.probe=false: the log preset is what the sweep reads (the fallback, for non-PyTorch trainers too)."""
     for module in CASES[name].modules:
         pytest.importorskip(module, reason=f"{module} not installed (pip install -e .[frameworks])")
-    sweep_dir, _, proc = run_preset(name, tmp_path, extra=("workload.probe=false",))
+    sweep_dir, _, _ = run_preset(name, tmp_path, extra=("workload.probe=false",))
     for accum, trial_dir in sorted(trials(sweep_dir).items()):
         record = json.loads((trial_dir / "result.json").read_text())
-        assert record["throughput"] and record["throughput"] > 0, record
-    logs = subprocess.run([sys.executable, "-m", "sweep.logs", str(sweep_dir)], capture_output=True, text=True, timeout=120)
-    assert logs.returncode == 0, logs.stdout + logs.stderr
-    REPORT.append(f"--- {name}, workload.probe=false: python -m sweep.logs\n{logs.stdout.rstrip()}")
+        assert record["measured_by"] == "log" and not list(trial_dir.glob("probe-*")), record
+        assert record["throughput"] > 0, record
+        REPORT.append(f"{name:9s} accum={accum} workload.probe=false: the sweep recorded {record['throughput']:.1f} {record['throughput_unit']} "
+                      f"from the log ({record.get('steps_measured')} figures)")
 
 
 def teardown_module() -> None:
