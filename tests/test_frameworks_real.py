@@ -181,12 +181,14 @@ class Case:
     # Probe steps before the framework's own step 1: DeepSpeed's fp16/bf16 optimizer steps once in
     # initialize_optimizer_states (zero gradients, to create the optimizer state), which the probe counts.
     extra_probe_steps: int = 0
+    overrides: tuple[str, ...] = ()  # Hydra overrides of the sweep for the test
 
 
 CASES = {
     "hf": Case(hf_argv, ("transformers", "accelerate")),
     "lightning": Case(lightning_argv, ("lightning", "rich")),
-    "timm": Case(timm_argv, ("timm", "torchvision"), own_timing="log", prepare=prepare_timm),
+    # The preset stops a timm trial after 5 figures (timm's train.py has no step limit); the test-size epoch ends itself.
+    "timm": Case(timm_argv, ("timm", "torchvision"), own_timing="log", prepare=prepare_timm, overrides=("workload.parser.stop_after=null",)),
     "nanogpt": Case(nanogpt_argv, ("numpy",), own_timing="log", prepare=prepare_nanogpt),
     "deepspeed": Case(deepspeed_argv, ("deepspeed",), extra_probe_steps=1),
 }
@@ -212,7 +214,7 @@ def run_preset(name: str, tmp_path: Path, machine: str = "local", extra: tuple[s
     sweep_dir = tmp_path / "s"
     proc = run_sweep(
         [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"+sweep={name}_test", f"+machine={machine}", f"hydra.sweep.dir={sweep_dir}",
-         f"global_batch_size={GLOBAL_BATCH}", f"accum={accums}", "search=grid", "trial.time_limit_s=300", *extra],
+         f"global_batch_size={GLOBAL_BATCH}", f"accum={accums}", "search=grid", "trial.time_limit_s=300", *case.overrides, *extra],
         cwd=cwd, timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
