@@ -1,4 +1,4 @@
-"""Reliability figures for the README: kills survived, faults injected, bad inputs tried, results lost.
+"""Reliability figures for docs/reliability.md: kills survived, faults injected, bad inputs tried, results lost.
 
 Runs the scenarios of tests/test_faults.py and the table of tests/test_bad_input.py (the same
 helpers, tests/faultlib.py) and counts, rather than asserts, what happened:

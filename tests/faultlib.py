@@ -1,6 +1,6 @@
 """Fault injection for `python -m sweep`: SIGKILL-and-resume campaigns, failing trials, a lock
 held by another sweep, a full or read-only disk. Shared by tests/test_faults.py and
-bench/bench_reliability.py, which prints the figures the README quotes.
+bench/bench_reliability.py, which prints the figures docs/reliability.md quotes.
 
 Every sweep here runs the fast fake command tests/fake_train.py (a trial takes about a
 second, no torch) through the real launcher, as a user's sweep would.

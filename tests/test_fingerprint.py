@@ -153,7 +153,7 @@ def finished(tmp_path_factory) -> tuple[Path, Path]:
         (["resume=D", "+machine=cpu2"], "num_devices: 1 -> 2"),
         (["resume=D", "trial.measure_steps=3"], "trial.measure_steps: 8 -> 3"),
         (["resume=D", "hydra.launcher.cpus_per_task=2"], "launcher.cpus_per_task: null -> 2"),
-        # Each stored record's `tight` was decided with the sweep's margin (README, "Headroom and tight").
+        # Each stored record's `tight` was decided with the sweep's margin (docs/gpus.md, "Headroom and tight").
         (["resume=D", "trial.memory_margin=0.2"], "trial.memory_margin: 0.1 -> 0.2"),
     ],
     ids=["rerun_other_global_batch", "resume_other_machine", "resume_other_trial_setting", "resume_other_launcher_shape",

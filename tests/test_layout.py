@@ -1,4 +1,4 @@
-"""The layout the README's Development section draws: a pure core, no import cycles, errors in one module."""
+"""The layout docs/development.md draws: a pure core, no import cycles, errors in one module."""
 
 from __future__ import annotations
 

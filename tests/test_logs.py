@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_pages import section
 
 from sweep.logs import main
 
@@ -134,11 +135,10 @@ REAL_LOGS = {"nanogpt_cpu.log": HERE / "golden" / "logs" / "nanogpt_cpu.log"}
 
 
 def readme_checker_runs() -> list[tuple[str, str]]:
-    """(command, what it printed) for each `$ python -m sweep.logs` in the README's framework section."""
-    readme = (HERE.parent / "README.md").read_text()
-    section = readme.split("## Sweeping any training framework", 1)[1].split("\n## ", 1)[0]
+    """(command, what it printed) for each `$ python -m sweep.logs` in the docs' framework section (docs/trainers.md)."""
+    text = section("Sweeping any training framework")
     runs: list[tuple[str, str]] = []
-    for block in section.split("```\n")[1::2]:
+    for block in text.split("```\n")[1::2]:
         if not block.startswith("$ python -m sweep.logs "):
             continue
         for part in block.split("$ ")[1:]:
@@ -178,9 +178,8 @@ def test_a_real_nanogpt_log() -> None:
 def test_readme_preset_table_lists_every_preset_and_its_flags() -> None:
     from sweep.parsers import PRESETS
 
-    readme = (HERE.parent / "README.md").read_text()
-    section = readme.split("## Sweeping any training framework", 1)[1].split("\n## ", 1)[0]
-    rows = {line.split("|")[1].strip(" `"): line for line in section.splitlines() if line.startswith("| `")}
+    text = section("Sweeping any training framework")
+    rows = {line.split("|")[1].strip(" `"): line for line in text.splitlines() if line.startswith("| `")}
     assert set(rows) == set(PRESETS)
     for name, preset in PRESETS.items():
         for flag in (preset.micro_batch_flag, preset.accum_flag, preset.global_batch_flag):

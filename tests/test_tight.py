@@ -81,6 +81,27 @@ def test_without_tight_pairs_the_fastest_wins_and_nothing_is_added() -> None:
 
 
 @pytest.mark.parametrize(
+    "room_4_1, baseline",
+    [
+        (0.03, (8, 1)),  # the seed's step-2 answer among pairs that fit with room: the tight (4, 1) is passed over
+        (0.30, (4, 1)),  # roomy: the smallest accum at split 1 is the baseline
+    ],
+)
+def test_the_speedup_baseline_is_the_smallest_split1_accum_that_is_not_tight(room_4_1, baseline) -> None:
+    results = by_key(result(4, 1, 1000.0, room_4_1), result(8, 1, 700.0, 0.4), result(4, 2, 900.0, 0.2))
+    rec = recommendation(META, results, None, 0.05)
+    assert (rec["baseline"]["accum"], rec["baseline"]["split"]) == baseline
+    best = results[f"accum{rec['accum']}_split{rec['split']}"]
+    assert rec["speedup"] == pytest.approx(best.throughput / results[f"accum{baseline[0]}_split1"].throughput, abs=1e-4)
+
+
+def test_when_every_split1_pair_is_tight_the_smallest_accum_is_still_the_baseline() -> None:
+    rec = recommendation(META, by_key(result(4, 1, 1000.0, 0.03), result(8, 1, 700.0, 0.02), result(4, 2, 900.0, 0.2)), None, 0.05)
+    assert (rec["accum"], rec["split"], rec["baseline"]["accum"]) == (4, 2, 4)
+    assert rec["speedup"] == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize(
     "rooms, as_oom",
     [
         ((0.03, 0.20, 0.5), {"accum2_split4"}),  # a tight leader passed over: it counts as not fitting

@@ -97,7 +97,7 @@ Examples:
   python -m sweep +machine=cpu2 global_batch_size=64 accum=1,2,4 split=1,2
   python -m sweep workload=command 'workload.argv=["python","train.py","--accum={{accum}}","--split={{split}}"]'
 
-More: README.md; every key and its default: python -m sweep --cfg job; Hydra's own flags: --hydra-help."""
+More: README.md and docs/; every key and its default: python -m sweep --cfg job; Hydra's own flags: --hydra-help."""
 
 
 def help_text() -> str:

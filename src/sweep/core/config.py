@@ -74,7 +74,7 @@ class SweepConfig:
 
 # machine.run_to_run_noise when unset, by device. cuda: the confidence score's calibrated floor (fresh
 # processes at a realistic model scale agreed within 0.3% on one GPU); cpu: sweep.run_to_run over 5
-# back-to-back sweeps of the same 3 pairs on a shared 2-core host (README, "Run-to-run noise").
+# back-to-back sweeps of the same 3 pairs on a shared 2-core host (docs/search.md, "Run-to-run noise").
 RUN_TO_RUN_NOISE = {"cpu": 0.07, "cuda": 0.01}
 
 
@@ -91,7 +91,7 @@ def run_to_run_noise(machine: Any) -> float:
 # cpu: the emulated budget caps the address space, and under the cap the allocator reuses freed memory,
 # so a trial's capped peak understates its uncapped need by up to about 5%: the built-in workload's
 # accum=2 split=4 peaked at 19.3-20.5 MiB of 20.48 and ran out of memory at a late step in about 1 run
-# in 10, while the next roomiest pair peaked at 16.2 MiB at most (README, "Headroom and tight").
+# in 10, while the next roomiest pair peaked at 16.2 MiB at most (docs/gpus.md, "Headroom and tight").
 MEMORY_MARGIN = {"cpu": 0.1, "cuda": 0.05}
 
 

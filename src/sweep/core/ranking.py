@@ -84,8 +84,11 @@ class SweepMeta:
 
 
 def baseline_key(results: Mapping[str, TrialResult]) -> str | None:
-    """The split=1 ok pair with the smallest accum: the 1.00x reference."""
+    """The seed's step-2 answer, the 1.00x reference: the split=1 ok pair with the smallest accum that is not
+    tight (a tight pair is one the recommendation itself passes over as not fitting); when every split=1 ok
+    pair is tight, the smallest accum among them, as the recommendation then takes a tight pair too."""
     base = [r for r in results.values() if r.status == OK and r.split == 1 and r.throughput]
+    base = [r for r in base if not r.tight] or base
     return min(base, key=lambda r: r.accum).key if base else None
 
 
