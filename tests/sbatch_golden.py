@@ -36,6 +36,10 @@ CASES: dict[str, list[str]] = {
     "h100x8": ["+machine=h100x8", *SLURM],
     # Two nodes of eight GPUs: one trial is one job of 2 x 8 tasks.
     "a100x8_2nodes": ["+machine=a100x8", "machine.nodes=2", "machine.num_devices=16", *SLURM],
+    # A command trial (here HF's torchrun preset): one launcher per node, which starts the node's ranks
+    # itself; the task gets the CPUs the per-device tasks had between them.
+    "hf_a100x8": ["+machine=a100x8", "+sweep=hf", *SLURM],
+    "hf_a100x8_2nodes": ["+machine=a100x8", "+sweep=hf", "machine.nodes=2", "machine.num_devices=16", *SLURM],
     # The README's "Running on Slurm" example, flag for flag.
     "readme_example": [
         "+machine=a100x8",
@@ -86,7 +90,8 @@ def sbatch_text(overrides: list[str], sweep_dir: str = SWEEP_DIR) -> str:
     from sweep.launch import backend as backends
 
     plan = compose_plan(overrides, sweep_dir)
-    backends.check_task_layout(plan.launcher, plan.machine.num_devices)
+    # make_plan has laid the tasks out already; checked again so that a golden never holds a layout it refuses.
+    backends.check_task_layout(plan.launcher, plan.machine.num_devices, plan.machine.nodes, one_launcher_per_node=plan.meta.workload == "command")
     with _srun_not_required():
         executor = backends.make_executor(plan.launcher, plan.time_limit_s)
         text = executor._make_submission_file_text(executor._submitit_command_str, "uid")

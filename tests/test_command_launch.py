@@ -294,3 +294,10 @@ def test_a_command_without_torch_falls_back_to_its_log(tmp_path):
     result = run_command_trial(spec_for(tmp_path, script, parser=STEP_RE))
     assert result.status == Status.OK and result.measured_by == "log"
     assert result.throughput == pytest.approx(1600.0)
+
+
+def test_space_separated_batch_flags_are_the_recommendations_flags():
+    from sweep.parsers.presets import flags_template
+
+    argv = ["python", "train.py", "--batch_size", "{per_device_batch}", "--grad_accum={accum}", "--lr", "0.1", "-b", "x{joint_batch}"]
+    assert flags_template("regex", argv) == "--batch_size {per_device_batch} --grad_accum={accum} -b x{joint_batch}"

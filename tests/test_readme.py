@@ -110,7 +110,30 @@ def plan(arguments: list[str], sweep_dir: Path):
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("sweep", overrides=[*fixed, f"hydra.sweep.dir={sweep_dir}"], return_hydra_config=True)
+        moved = _in_a_checkout(cfg, sweep_dir.parent / "checkout")
+        if moved:
+            cfg = compose("sweep", overrides=[*fixed, *moved, f"hydra.sweep.dir={sweep_dir}"], return_hydra_config=True)
     return make_plan(cfg, swept, sweep_dir)
+
+
+def _in_a_checkout(cfg, checkout: Path) -> list[str]:
+    """The docs' command sweeps run from the trainer's checkout (the command runs where sweep starts, and
+    its script is checked there before launch): the scripts its argv names, as empty files where it runs.
+    A workload.cwd that is not on this host (the docs' /tmp/nanogpt) becomes checkout: the override."""
+    from sweep.workloads.command.template import script_arguments
+
+    workload = cfg.workload
+    if workload.get("name") != "command":
+        return []
+    cwd, moved = workload.get("cwd"), []
+    if cwd and not Path(cwd).is_dir():
+        checkout.mkdir(parents=True, exist_ok=True)
+        cwd, moved = str(checkout), [f"workload.cwd={checkout}"]
+    for script in script_arguments([str(a) for a in workload.argv]):
+        path = Path(cwd or ".") / script
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    return moved
 
 
 def test_every_sweep_command_in_the_docs_is_a_valid_sweep(tmp_path, monkeypatch):

@@ -60,13 +60,15 @@ def test_every_machine_profile_has_a_golden_script() -> None:
     assert profiles <= set(CASES), f"add {sorted(profiles - set(CASES))} to CASES in tests/sbatch_golden.py"
 
 
-def test_sbatch_script_runs_one_task_per_device() -> None:
+def test_sbatch_script_runs_one_task_per_device_or_one_launcher_per_node() -> None:
     for name, overrides in CASES.items():
         plan = compose_plan(overrides)
         text = sbatch_text(overrides)
         nodes, per_node = plan.machine.nodes, plan.meta.num_devices // plan.machine.nodes
+        # The built-in workload: a task per device. A command: its own launcher (torchrun) per node starts the ranks.
+        tasks = 1 if plan.meta.workload == "command" else per_node
         assert f"#SBATCH --nodes={nodes}\n" in text, name
-        assert f"#SBATCH --ntasks-per-node={per_node}\n" in text, name
+        assert f"#SBATCH --ntasks-per-node={tasks}\n" in text, name
         if plan.machine.device == "cuda":
             assert f"#SBATCH --gpus-per-node={per_node}\n" in text, name
 
@@ -374,3 +376,30 @@ def test_job_that_leaves_no_record_is_classified_from_its_slurm_log(slurm_cluste
     assert _wait_until(f"job {job.job_id} ended in sacct", lambda: _ended(job.job_id)) == ["FAILED"]
     # Recorded by the orchestrator in its own file (result.json is the trial's), so a resumed sweep keeps it.
     assert read_result(tdir / ENDED_FILE).status == "oom" and not (tdir / RESULT_FILE).exists()
+
+
+@pytest.mark.slurm
+def test_a_torchrun_command_trial_is_one_task_whose_launcher_starts_the_ranks(slurm_cluster: Any, tmp_path: Path) -> None:
+    """Issue 29: a command trial on a 2-device profile is one Slurm task (one launcher per node); torchrun
+    starts the 2 ranks, on the port the trial was given; the command runs where sweep was started."""
+    from test_command_workload import DDP_TRAINER
+
+    (tmp_path / "train.py").write_text(DDP_TRAINER)
+    sweep_dir = tmp_path / "s"
+    argv = ('["torchrun","--nproc_per_node={num_devices}","--nnodes={nodes}","--node_rank={node_rank}","--master_addr={master_addr}",'
+            '"--master_port={master_port}","train.py","--accum={accum}","--gbs={global_batch_size}"]')
+    args = _slurm_args(slurm_cluster, "+machine=cpu2", "workload=command", f"workload.argv={argv}", "global_batch_size=16",
+                       "accum=1", f"hydra.sweep.dir={sweep_dir}", "trial.warmup_steps=2", "trial.measure_steps=4")
+    args = [a for a in args if not a.startswith(("workload.feat_dim", "workload.frames", "workload.label_len", "workload.vocab",
+                                                  "workload.enc_", "workload.pred_", "workload.joint_"))]
+    proc = run_sweep(args, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = _rows(sweep_dir)[(1, 1)]
+    assert row["status"] == "ok", row
+    job_id = row["job_id"]
+    assert "#SBATCH --ntasks-per-node=1\n" in (sweep_dir / ".submitit" / job_id / f"{job_id}_submission.sh").read_text()
+    assert _wait_until(f"step {job_id}.0 in sacct", lambda: _step_tasks(f"{job_id}.0")) == "1"
+    ranks = [json.loads(p.read_text()) for p in (sweep_dir / "trials" / "accum1_split1").glob("rank*.json")]
+    assert len(ranks) == 2 and {r["world"] for r in ranks} == {2} and {r["cwd"] for r in ranks} == {str(tmp_path)}
+    result = json.loads((sweep_dir / "trials" / "accum1_split1" / "result.json").read_text())
+    assert result["measured_by"] == "probe" and result["ranks_seen"] == 2

@@ -78,7 +78,12 @@ def is_oom(exc: BaseException | None) -> bool:
 
 
 def _one_line(exc: BaseException) -> str:
+    """The allocator's own words: from its marker on (no "[enforce fail at ...]"), first line, no error code."""
     text = str(exc).strip()
+    for marker in OOM_MESSAGES:
+        if marker in text:
+            text = text[text.index(marker):]
+            break
     first = text.splitlines()[0] if text else type(exc).__name__
     return first.split(". Error code")[0][:300]
 
@@ -137,10 +142,13 @@ class Probe:
         self.writer: _Writer | None = None
         self.file_rank = 0
         self.hooks_installed = False
+        self.fork_hook_registered = False
         self.keep_steps = False
         self.steps: list[dict] = []  # this arming's step records, when keep_steps (in-process callers)
         self.ooms: list[dict] = []  # this arming's oom records
         self._disabled: set[str] = set()  # hooks that failed once: off for the rest of the run
+        self.names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> path, from name_modules
+        self.backward_hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> its tensor hook
         self._reset_steps()
 
     # ---------------------------------------------------------------- arming
@@ -162,6 +170,7 @@ class Probe:
         self.last_module = None
         self.backward_module = None  # weakref: the module whose output's gradient was computed last
         self.backward_depth = 0
+        self.last_watched = None  # weakref: the tensor whose gradient was hooked last
         self.allocator_oom_pending = False
         self.seen_exceptions: list[int] = []
 
@@ -214,7 +223,6 @@ class Probe:
         if not self.hooks_installed:
             self.hooks_installed = True
             self._install_hooks(torch)
-            atexit.register(self._at_exit)
 
     def _write(self, record: dict) -> None:
         if self.writer is None:
@@ -242,12 +250,27 @@ class Probe:
             ("CUDA OOM observer", self._install_cuda_observer),
             ("excepthook", self._install_excepthook),
         ]
+        self.undo = []
         for name, install in steps:
             try:
                 install(torch)
             except Exception as exc:  # noqa: BLE001
                 self.problem(name, exc)
-        os.register_at_fork(after_in_child=self._after_fork)
+        if not self.fork_hook_registered:  # cannot be unregistered: once per process
+            self.fork_hook_registered = True
+            os.register_at_fork(after_in_child=self._after_fork)
+            atexit.register(self._at_exit)
+
+    def disarm(self) -> None:
+        """Close the record and take every hook out again (the overhead bench compares with and without)."""
+        if self.writer is not None:
+            self._finish("disarmed")
+            self.writer.close()
+            self.writer = None
+        for undo in reversed(getattr(self, "undo", [])):
+            undo()
+        self.undo = []
+        self.hooks_installed = False
 
     def _after_fork(self) -> None:
         # A forked child (a DataLoader worker) writes only if it ever steps, to its own file.
@@ -257,14 +280,14 @@ class Probe:
     def _install_optimizer_hooks(self, torch) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        register_optimizer_step_pre_hook(self._optimizer_pre_hook)
-        register_optimizer_step_post_hook(self._optimizer_post_hook)
+        self.undo.append(register_optimizer_step_pre_hook(self._optimizer_pre_hook).remove)
+        self.undo.append(register_optimizer_step_post_hook(self._optimizer_post_hook).remove)
 
     def _install_module_hooks(self, torch) -> None:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        register_module_forward_pre_hook(self._forward_pre_hook)
-        register_module_forward_hook(self._forward_hook, always_call=True)
+        self.undo.append(register_module_forward_pre_hook(self._forward_pre_hook).remove)
+        self.undo.append(register_module_forward_hook(self._forward_hook, always_call=True).remove)
 
     def _install_backward_wrapper(self, torch) -> None:
         original = torch.autograd.backward
@@ -289,6 +312,7 @@ class Probe:
 
         backward._sweep_probe_original = original  # type: ignore[attr-defined]
         torch.autograd.backward = backward  # Tensor.backward calls it through torch.autograd
+        self.undo.append(lambda: setattr(torch.autograd, "backward", original))
 
     def _install_scaler_wrapper(self, torch) -> None:
         scaler_class = torch.amp.GradScaler
@@ -309,13 +333,14 @@ class Probe:
             return result
 
         scaler_class.step = step
+        self.undo.append(lambda: setattr(scaler_class, "step", original))
 
     optimizer_calls = 0
 
     def _install_cuda_observer(self, torch) -> None:
         attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
-        if attach is None or not torch.cuda.is_available():
-            return
+        if attach is None or self.fork_hook_registered or not torch.cuda.is_available():
+            return  # none, or attached at the first arming already (it cannot be detached)
 
         def attach_now() -> None:
             try:
@@ -337,6 +362,7 @@ class Probe:
             previous(kind, exc, tb)
 
         sys.excepthook = excepthook
+        self.undo.append(lambda: setattr(sys, "excepthook", previous))
 
     # ---------------------------------------------------------------- steps
 
@@ -356,6 +382,30 @@ class Probe:
             return None
         return self._close_step()
 
+    def reset_peaks(self) -> None:
+        """Memory peaks count from now (a caller whose start-up and warm-up must not count)."""
+        self._sample_memory()
+        self.memory = {}
+
+    def open_step_memory(self) -> dict:
+        """The open step's memory figures so far (a step an OOM cut short never closes)."""
+        self._sample_memory()
+        return dict(self.memory)
+
+    def name_modules(self, root, prefix: str = "") -> None:
+        """Name root's modules by their attribute paths from root (`encoder.lstm`), ahead of any OOM.
+
+        Without it a path is looked up when an OOM needs it, over the live objects; a caller that holds
+        its model (the built-in workload) names it here, so that needs no memory when memory is short."""
+        for name, module in root.named_modules(prefix=prefix):
+            self.names[module] = name or type(module).__name__
+
+    def module_path(self, module) -> str:
+        try:
+            return self.names[module]
+        except (KeyError, TypeError):
+            return _module_path(module)
+
     def _sync(self) -> None:
         torch = self.torch if self.hooks_installed else None
         if torch is not None and torch.cuda.is_initialized():
@@ -364,6 +414,8 @@ class Probe:
     def _optimizer_pre_hook(self, optimizer, args, kwargs) -> None:
         if self.writer is None or self.compiling():
             return
+        if self.depth > 0 and optimizer is self.current_optimizer:
+            self.depth = 0  # its last step never finished (an exception the trainer caught): start afresh
         self.depth += 1
         if self.depth > 1:
             return
@@ -395,13 +447,15 @@ class Probe:
 
     def _optimizer_ends(self, optimizer, skipped: bool) -> None:
         self._sync()
+        # Memory first, then the clock: the probe's own work belongs to the step that ends here, so the
+        # boundary falls where the optimizer step returns to the trainer.
+        self._sample_memory()
         self.group_end = time.perf_counter()
         self.group_end_wall = time.time()
         self.group[id(optimizer)] = self.group.get(id(optimizer), 0) + 1
         self.group_skipped += int(skipped)
         self.current_optimizer = None
         self.last_module = None
-        self._sample_memory()
         if self.expected is not None and self.expected <= set(self.group):
             self._close_step()
 
@@ -510,7 +564,14 @@ class Probe:
         tensors = output if isinstance(output, (tuple, list)) else (output.values() if isinstance(output, dict) else (output,))
         for tensor in tensors:
             if isinstance(tensor, Tensor) and tensor.requires_grad:
-                tensor.register_hook(functools.partial(_backward_reached, self, weakref.ref(module)))
+                # A module returning its child's output as is: the child (innermost) names that gradient.
+                if self.last_watched is not None and self.last_watched() is tensor:
+                    break
+                hook = self.backward_hooks.get(module)
+                if hook is None:  # one per module, made once: a step allocates as little as it can
+                    hook = self.backward_hooks[module] = functools.partial(_backward_reached, self, weakref.ref(module))
+                tensor.register_hook(hook)
+                self.last_watched = weakref.ref(tensor)
                 break  # one output is enough to know where backward is
 
     def _cuda_oom_observer(self, device, alloc, device_allocated, device_free) -> None:
@@ -542,18 +603,19 @@ class Probe:
         self._record_oom_at_context(message[:300], "caller")
 
     def _record_oom_at_context(self, message: str, source: str) -> None:
+        # Innermost first: a module running (an optimizer's closure runs the model inside its step),
+        # a backward, an optimizer step, else the module that ran last (an op between modules).
         module, inside = None, False
-        if self.depth > 0 and self.current_optimizer is not None:
-            where, path = "optimizer", f"optimizer:{type(self.current_optimizer).__name__}"
+        if self.module_stack:
+            module, inside = self.module_stack[-1], True
+        elif self.backward_depth > 0 and self.backward_module is not None:
+            module, inside = self.backward_module(), True
+        if module is None and self.depth > 0 and self.current_optimizer is not None:
+            where, path, inside = "optimizer", f"optimizer:{type(self.current_optimizer).__name__}", True
         else:
-            if self.module_stack:
-                module, inside = self.module_stack[-1], True
-            elif self.backward_depth > 0 and self.backward_module is not None:
-                module, inside = self.backward_module(), True
-            if module is None:
-                module = self.last_module
-            where = "backward" if self.backward_depth > 0 else "forward"
-            path = _module_path(module) if module is not None else ""
+            module = module if module is not None else self.last_module
+            where = "backward" if self.backward_depth > 0 else ("optimizer" if self.depth > 0 else "forward")
+            path = self.module_path(module) if module is not None else ""
         record = {
             "kind": "oom",
             "step": self.step_index,
@@ -594,8 +656,10 @@ def _module_path(module) -> str:
         import torch.nn as nn
 
         parent: dict[int, tuple[object, str]] = {}
+        module_type = nn.Module
         for obj in gc.get_objects():
-            if isinstance(obj, nn.Module):
+            # type(), not isinstance: a lazy or deprecated object's __class__ may warn or run code.
+            if issubclass(type(obj), module_type):
                 for name, child in obj._modules.items():
                     if child is not None and id(child) not in parent:
                         parent[id(child)] = (obj, name)
@@ -612,50 +676,8 @@ def _module_path(module) -> str:
 PROBE = Probe()
 
 
-class _TorchImportHook:
-    """A sys.meta_path finder that arms the probe right after `torch` finishes importing."""
-
-    def __init__(self, record_dir: str) -> None:
-        self.record_dir = record_dir
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch":
-            return None
-        others = [f for f in sys.meta_path if f is not self]
-        for finder in others:
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        record_dir = self.record_dir
-
-        class _ArmingLoader:
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                module.__spec__.loader = module.__loader__ = loader  # torch sees its own loader
-                loader.exec_module(module)
-                try:
-                    sys.meta_path.remove(hook)
-                except ValueError:
-                    pass
-                _arm_quietly(record_dir)
-
-            def __getattr__(self, attr):
-                return getattr(loader, attr)
-
-        hook = self
-        spec.loader = _ArmingLoader()
-        return spec
-
-
-def _arm_quietly(record_dir: str, keep_steps: bool = False) -> None:
+def arm_quietly(record_dir: str, keep_steps: bool = False) -> None:
+    """Arm, or say in the record dir why not; never raises (boot/sitecustomize.py calls it as torch finishes importing)."""
     try:
         PROBE.arm(record_dir, keep_steps=keep_steps)
     except Exception as exc:  # noqa: BLE001
@@ -665,12 +687,3 @@ def _arm_quietly(record_dir: str, keep_steps: bool = False) -> None:
                 f.write(json.dumps({"kind": "problem", "pid": os.getpid(), "t": time.time(), "message": f"arming failed: {exc}"}) + "\n")
         except Exception:  # noqa: BLE001
             pass
-
-
-def arm_on_torch_import(record_dir: str) -> None:
-    """Arm now if torch is imported already, else once it is; nothing happens in a process without torch."""
-    if "torch" in sys.modules and hasattr(sys.modules["torch"], "optim"):
-        _arm_quietly(record_dir)
-        return
-    if not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TorchImportHook(record_dir))

@@ -343,15 +343,16 @@ def _stop(proc: subprocess.Popen, tracker: TreeTracker) -> None:
     """End the command and everything it started: its process group, then every descendant ever seen."""
     import signal
 
-    try:
-        os.killpg(proc.pid, signal.SIGCONT)
-        os.killpg(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=3.0)
-    except subprocess.TimeoutExpired:
-        pass
+    if proc.poll() is None:  # once it is reaped, its pid (and group id) may be another's: the tracker has its group
+        try:
+            os.killpg(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=3.0)
+        except subprocess.TimeoutExpired:
+            pass
     tracker.stop()
     end_processes(tracker.seen.items())
     try:

@@ -212,8 +212,33 @@ class MemoryBudget:
         self.lift()
 
 
+class MemoryBaseline:
+    """What a trial's memory figures are counted above: the device's use once start-up and warm-up are done.
+
+    The peaks themselves are the probe's (sweep.probe, per step); this is only where they start from.
+    Used memory: CUDA allocated bytes, CPU resident bytes. Counted memory (what the budget counts): on
+    CUDA the allocator's reserved bytes as they are (the card loses all of them); on CPU the address
+    space above its size here, which is what the emulated cap (RLIMIT_AS) adds to."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            self.used_bytes, self.address_bytes = torch.cuda.memory_allocated(self.device), 0
+        else:
+            self.used_bytes, self.address_bytes = resident_bytes(), address_space_bytes()
+
+    def used_above(self, peak_bytes: int) -> int:
+        return max(0, int(peak_bytes) - self.used_bytes)
+
+    def counted_above(self, peak_bytes: int) -> int:
+        """VmPeak cannot be reset: on CPU it also holds start-up's and the warm-up's peak, so for a small pair
+        this is an upper bound of the steps' own, never an understatement."""
+        return int(peak_bytes) if self.device.type == "cuda" else max(0, int(peak_bytes) - self.address_bytes)
+
+
 class PeakMemory:
-    """Peak device memory above a baseline taken at construction (or rebase()).
+    """Peak device memory above a baseline taken at construction (or rebase()): a meter for tests that
+    look inside a step (per phase); trials take their peaks from the probe (MemoryBaseline).
 
     CPU: resident high-water mark (VmHWM) above the baseline resident size.
     CUDA: torch's max_memory_allocated above the baseline allocated bytes.

@@ -4,6 +4,12 @@ One (accum, split) pair: build the RNN-T workload, cap device memory at the
 machine's budget, run warm-up then timed optimizer steps, and record the
 outcome (ok with throughput, oom with the phase, or failed) atomically in
 `<trial_dir>/result.json`. Lines printed here go to the job's log.
+
+It is measured as a command trial is: by the probe (sweep.probe), armed in this
+process, writing to `<trial_dir>/probe/`. Step times, memory peaks and the OOM's
+module (hence its phase) are the probe's; this file keeps what is not
+measurement: the memory budget, the ranks' agreement on an OOM, adaptive
+stopping and racing, the progress record.
 """
 
 from __future__ import annotations
@@ -17,18 +23,27 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from sweep import probe
 from sweep.core.config import memory_margin
 from sweep.core.measure import measured_enough_for, progress_record, stop_requested, write_progress
 from sweep.core.memory_model import counted_peak
+from sweep.core.probe_report import ProbeReport
 from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import throughput_summary
 from sweep.launch.memory import headroom, is_tight
-from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator, is_oom_error
+from sweep.workloads.rnnt.memory import (
+    DeviceOOM,
+    MemoryBaseline,
+    MemoryBudget,
+    configure_cpu_allocator,
+    is_oom_error,
+)
 from sweep.workloads.rnnt.model import RNNTWorkload
 
 GIB = 1024**3
 _startup_counted = False  # whether an earlier run_trial in this process already counted start-up
+PROBE_SUBDIR = "probe"  # <trial_dir>/probe/: the probe's records, one file per rank
 
 
 def _process_age_s() -> float | None:
@@ -86,23 +101,53 @@ def _init_distributed(num_devices: int, backend: str) -> tuple[int, int, int]:
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _record_memory(result: TrialResult, peak: PeakMemory, memory_gib: float, margin: float) -> None:
-    """Peak, capacity, headroom and tight of one rank (rank 0's are recorded; ranks train alike).
+def _record_memory(result: TrialResult, report: ProbeReport, open_step: dict, baseline: MemoryBaseline,
+                   memory_gib: float, margin: float) -> None:
+    """Peak, capacity, headroom and tight, from the probe's per-step figures (the largest over ranks; ranks
+    train alike) and, for a step an OOM cut short, what the probe saw of it so far (this rank's).
 
     Headroom counts what the budget counts: on CUDA the reserved peak (the allocator keeps what it
     reserved) against the card, capped at machine.memory_gib; on CPU the address-space peak against
-    the emulated budget (its cap is on address space, RLIMIT_AS).
-    """
-    result.peak_mem_gib = peak.peak_bytes() / GIB
-    reserved = peak.reserved_peak_bytes()
+    the emulated budget (its cap is on address space, RLIMIT_AS). Used memory is above the baseline
+    taken once start-up and warm-up were done (memory.MemoryBaseline)."""
+    cuda = baseline.device.type == "cuda"
+    used_key, counted_key = ("allocated_peak", "reserved_peak") if cuda else ("resident_peak", "address_peak")
+    used = max([b for b in (report.peak_bytes, open_step.get(used_key)) if b is not None], default=None)
+    counted = max([b for b in (report.peak_reserved_bytes, open_step.get(counted_key)) if b is not None], default=None)
+    if used is not None:
+        result.peak_mem_gib = baseline.used_above(used) / GIB
+    if counted is not None:
+        result.peak_reserved_gib = baseline.counted_above(counted) / GIB
+    result.step_peak_reserved_gib = [
+        baseline.counted_above(s.peak_reserved_bytes) / GIB for s in report.steps if s.peak_reserved_bytes is not None
+    ]
+    result.peak_step = report.peak_step
     capacity = float(memory_gib)
-    if reserved is not None:
-        result.peak_reserved_gib = reserved / GIB
-    if peak.device.type == "cuda":
-        capacity = min(capacity, torch.cuda.get_device_properties(peak.device).total_memory / GIB)
+    if cuda:
+        capacity = min(capacity, torch.cuda.get_device_properties(baseline.device).total_memory / GIB)
     result.capacity_gib = capacity
     result.headroom = headroom(counted_peak(result), capacity)
     result.tight = is_tight(result.status == Status.OK, result.headroom, margin)
+
+
+def _probe_report(probe_dir: Path, world_size: int, status: Status) -> ProbeReport:
+    """Every rank's probe records; ranks that finished alike wait for each other's last step record first."""
+    if world_size > 1 and status in (Status.OK, Status.OOM):  # all ranks are here (after an agreed end)
+        dist.barrier()
+    return probe.read_probe(probe_dir)
+
+
+def _oom_phase(exc: DeviceOOM, report: ProbeReport, patterns) -> tuple[OomPhase, str]:
+    """The OOM's phase from the module the probe saw running, and that module's path.
+
+    The workload's own phase (where its step was) stands only where the probe named no module that
+    maps to a phase (an OOM between modules before any ran)."""
+    oom = report.oom
+    if oom is not None:
+        phase = probe.oom_phase_of(oom.module, patterns)
+        if phase is not None:
+            return OomPhase(phase), oom.module
+    return OomPhase(exc.phase), oom.module if oom is not None else ""
 
 
 def _agree(enough: bool, stop: str, device: torch.device) -> tuple[bool, str]:
@@ -140,7 +185,10 @@ def run_trial(spec: TrialSpec) -> TrialResult:
     rank, world_size = 0, 1
     say = lambda msg: print(msg, flush=True)  # noqa: E731
     budget: MemoryBudget | None = None
-    peak: PeakMemory | None = None
+    baseline: MemoryBaseline | None = None
+    measured = None  # the probe in this process, once armed
+    probe_dir = Path(spec.trial_dir) / PROBE_SUBDIR
+    oom: DeviceOOM | None = None
     error: BaseException | None = None
     try:
         if machine.cpu_threads:
@@ -153,17 +201,21 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             torch.cuda.set_device(device)
         else:
             configure_cpu_allocator()
+        probe.install(probe_dir)  # after the process group: the probe tells ranks apart by it
+        measured = probe.runtime().PROBE
         say(
             f"sweep trial accum={accum} split={split} per_device_batch={per_device_batch} "
             f"joint_batch={result.joint_batch} global_batch_size={global_batch} num_devices={result.num_devices} "
             f"device={device} memory_gib={machine.memory_gib}"
         )
         workload = RNNTWorkload(spec.workload, device, rank=rank, world_size=world_size, data_seed=int(trial.seed))
+        measured.name_modules(workload.model)
         # On CPU at the trial's own batch, so oneDNN's shape-specialised primitives exist before the cap.
         workload.warm_up(per_device_batch if device.type == "cpu" else 1)
         workload.sync()
         budget = MemoryBudget(device, machine.memory_gib)
-        peak = PeakMemory(device)
+        measured.reset_peaks()  # first: its own first reading belongs to the baseline, not to the steps
+        baseline = MemoryBaseline(device)
         budget.enforce()
         step = 0
         # Adaptive: time steps until the median is known to +-target_precision (measure_steps..max_measure_steps),
@@ -182,11 +234,12 @@ def run_trial(spec: TrialSpec) -> TrialResult:
                 result.stopped_early = stop
                 say(f"stopping early: {stop}")
                 break
-            workload.sync()
-            t0 = time.perf_counter()
+            measured.begin_step()  # the step starts here, not where the last one ended: the checks above are not its
             workload.train_step(per_device_batch, accum, split, step_index=step)
-            workload.sync()
-            dt = time.perf_counter() - t0
+            record = measured.end_step()
+            if record is None:
+                raise RuntimeError(f"the probe saw no optimizer step in step {step}: the step cannot be timed")
+            dt = float(record["seconds"])
             if step >= warmup:
                 result.step_times_s.append(dt)
                 if rank == 0:
@@ -196,11 +249,13 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             say(f"step {step}/{warmup + int(trial.max_measure_steps)}{' (warm-up)' if step <= warmup else ''}: {dt:.3f} s")
         budget.lift()
         result.status = Status.OK
-        result.steps_measured = len(result.step_times_s)
-        result.throughput, result.throughput_low, result.throughput_high = throughput_summary(result.step_times_s, global_batch)
     except DeviceOOM as exc:
         if budget is not None:
             budget.lift()
+        oom = exc
+        # On the rank that ran out, unless a hook saw it already: an op between modules on CPU.
+        if exc.rank == rank and measured is not None:
+            measured.note_oom(str(exc))
         result.status, result.oom_phase, result.error = Status.OOM, OomPhase(exc.phase), str(exc)
         if exc.traceback_text:
             print(exc.traceback_text, file=sys.stderr, flush=True)
@@ -211,8 +266,19 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         result.error = _one_line(exc)
         if is_oom_error(exc):  # outside a step: no (accum, split) can fix it, so not an "oom" candidate
             result.error = f"out of memory before the first step (the model does not fit): {result.error}"
-    if peak is not None:
-        _record_memory(result, peak, machine.memory_gib, memory_margin(trial, machine))
+    if measured is not None and baseline is not None:
+        open_step = measured.open_step_memory()
+        report = _probe_report(probe_dir, world_size, result.status)
+        result.measured_by, result.ranks_seen = "probe", len(report.ranks) or None  # None: no step finished
+        if result.status == Status.OK:
+            # The slowest rank's figures, warm-up left out; rank 0 decided when to stop on its own.
+            result.step_times_s = report.step_times_s[warmup:]
+            result.steps_measured = len(result.step_times_s)
+            result.throughput, result.throughput_low, result.throughput_high = throughput_summary(result.step_times_s, global_batch)
+        if oom is not None:
+            result.oom_phase, result.oom_module = _oom_phase(oom, report, None)
+            result.error = f"{str(oom).rsplit(' in phase ', 1)[0]} in phase {result.oom_phase}"
+        _record_memory(result, report, open_step, baseline, machine.memory_gib, memory_margin(trial, machine))
     result.finished_at = now_iso()
     result.wall_s = startup_s + time.perf_counter() - t_start
     if result.status == Status.OK:

@@ -1,0 +1,198 @@
+"""The probe in real processes: a plain PyTorch script run by python and by torchrun, under probe_env."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweep.probe import BOOT_DIR, oom_phase_of, probe_env, read_probe
+
+TRAIN = Path(__file__).with_name("probe_train.py")
+
+
+def run_probed(tmp_path: Path, *argv: str, env_extra: dict[str, str] | None = None, launcher: list[str] | None = None, check=True):
+    records = tmp_path / "probe"
+    env = {**os.environ, **probe_env(records, base_env=os.environ), "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    cmd = [*(launcher or [sys.executable]), *argv]
+    proc = run_group(cmd, env=env, cwd=tmp_path)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, records
+
+
+def run_group(cmd: list[str], timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run in its own process group, all of which is killed on timeout (torchrun's ranks too)."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def own_times(tmp_path: Path, rank: int) -> list[float]:
+    return json.loads((tmp_path / f"own.rank{rank}.json").read_text())
+
+
+def assert_matches(probe_times: list[float], own: list[float]) -> None:
+    """The median and the total within 2%, and each step within 2%, or, where the process lost the CPU
+    between the probe's clock and the script's (a loaded CI machine), that step and a neighbour together
+    within 2%: the time moved from one step to the next, none went missing. Step 0 starts at different
+    places (the script's loop, the probe's first forward) and is left out."""
+    assert len(probe_times) == len(own)
+    probe_times, own = probe_times[1:], own[1:]
+    close = lambda a, b: abs(a - b) <= 0.02 * b  # noqa: E731
+    assert close(statistics.median(probe_times), statistics.median(own)), (probe_times, own)
+    assert close(sum(probe_times), sum(own)), (probe_times, own)
+    for k, (p, o) in enumerate(zip(probe_times, own)):
+        pairs = [(j, j + 2) for j in (k - 1, k) if 0 <= j and j + 2 <= len(own)]
+        assert close(p, o) or any(close(sum(probe_times[a:b]), sum(own[a:b])) for a, b in pairs), (k, probe_times, own)
+
+
+def test_probe_env_puts_the_boot_dir_first_and_keeps_the_rest(tmp_path):
+    env = probe_env(tmp_path / "rec", base_env={"PYTHONPATH": f"/a{os.pathsep}/b"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(BOOT_DIR), "/a", "/b"]
+    assert env["SWEEP_PROBE_DIR"] == str((tmp_path / "rec").resolve())
+    assert probe_env("r", base_env={})["PYTHONPATH"] == str(BOOT_DIR)
+    assert (BOOT_DIR / "sitecustomize.py").is_file() and (BOOT_DIR / "_sweep_probe.py").is_file()
+
+
+def test_inert_in_a_process_that_never_imports_torch(tmp_path):
+    code = "import sys, json; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', '_sweep_probe'))))"
+    proc, records = run_probed(tmp_path, "-c", code)
+    assert json.loads(proc.stdout) == []
+    assert not records.exists() or not any(records.iterdir())
+    assert proc.stderr == ""
+
+
+def test_nothing_at_all_with_the_variable_unset(tmp_path):
+    code = (
+        "import sys, torch, json\n"
+        "from torch.optim.optimizer import _global_optimizer_pre_hooks\n"
+        "m = torch.nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), lr=0.1); m(torch.ones(1, 2)).sum().backward(); o.step()\n"
+        "print(json.dumps(['_sweep_probe' in sys.modules, len(_global_optimizer_pre_hooks)]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), os.environ.get("PYTHONPATH", "")])}
+    env.pop("SWEEP_PROBE_DIR", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [False, 0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plain_script_under_python(tmp_path):
+    proc, records = run_probed(tmp_path, str(TRAIN), "--steps", "16", "--width", "512", "--batch", "512", "--own-times", "own")
+    report = read_probe(records)
+    assert report.armed and report.ranks == [0] and report.device == "cpu" and report.problems == []
+    assert [s.index for s in report.steps] == list(range(16))
+    assert all(s.optimizers == 1 and s.skipped == 0 for s in report.steps)
+    assert_matches(report.step_times_s, own_times(tmp_path, 0))
+    # CPU memory every step: the resident peak, and the address-space peak beside it.
+    assert all(s.peak_bytes and s.peak_reserved_bytes >= s.resident_peak_bytes > 0 for s in report.steps)
+    assert report.peak_bytes == max(s.peak_bytes for s in report.steps)
+    assert report.steps[report.peak_step].peak_bytes == report.peak_bytes
+    assert proc.stdout == "" and proc.stderr == ""  # nothing of the probe's in the user's log
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
+def test_torchrun_two_ranks_slowest_rank(tmp_path):
+    _, records = run_probed(
+        tmp_path, str(TRAIN), "--steps", "12", "--width", "512", "--batch", "512", "--own-times", "own",
+        launcher=["torchrun", "--standalone", "--nproc_per_node=2"],
+    )
+    report = read_probe(records)
+    assert report.ranks == [0, 1]
+    assert [s.ranks for s in report.steps] == [2] * 12
+    # Each step's figure is the slower rank's.
+    slowest = [max(a, b) for a, b in zip(own_times(tmp_path, 0), own_times(tmp_path, 1))]
+    assert_matches(report.step_times_s, slowest)
+    files = sorted(p.name.split("-")[0] for p in records.glob("*.jsonl"))
+    assert files.count("rank1") == 1  # torchrun's own process imports torch too; it never steps
+
+
+def test_two_optimizers_in_one_iteration_are_one_step(tmp_path):
+    _, records = run_probed(tmp_path, str(TRAIN), "--steps", "16", "--optimizers", "2", "--own-times", "own")
+    report = read_probe(records)
+    assert len(report.steps) == 16
+    assert [s.optimizers for s in report.steps] == [2] * 16
+    assert_matches(report.step_times_s, own_times(tmp_path, 0))
+
+
+def test_a_step_the_grad_scaler_skips_still_counts(tmp_path):
+    _, records = run_probed(tmp_path, str(TRAIN), "--steps", "16", "--skip-step", "3", "--own-times", "own")
+    report = read_probe(records)
+    assert len(report.steps) == 16
+    assert [s.skipped for s in report.steps] == [0, 0, 0, 1] + [0] * 12
+    assert_matches(report.step_times_s, own_times(tmp_path, 0))
+
+
+@pytest.mark.parametrize(
+    ("mode", "module", "where", "phase"),
+    [("forward", "encoder.block", "forward", "encoder"), ("backward", "joint", "backward", "joint")],
+)
+def test_an_oom_names_the_module_it_happened_in(tmp_path, mode, module, where, phase):
+    proc, records = run_probed(tmp_path, str(TRAIN), "--steps", "6", "--oom", mode, check=False)
+    assert proc.returncode == 1 and "can't allocate memory" in proc.stderr
+    report = read_probe(records)
+    assert len(report.steps) == 2  # the two steps before it
+    oom = report.oom
+    assert (oom.module, oom.where, oom.step, oom.rank, oom.inside) == (module, where, 2, 0, True)
+    assert "can't allocate memory" in oom.message
+    assert oom_phase_of(oom.module, None) == phase
+
+
+def test_an_oom_the_trainer_recovers_from_is_still_recorded(tmp_path):
+    _, records = run_probed(tmp_path, str(TRAIN), "--steps", "6", "--oom", "recover")
+    report = read_probe(records)
+    assert len(report.steps) == 6
+    assert report.oom is not None and (report.oom.module, report.oom.step) == ("encoder.block", 2)
+
+
+def test_a_killed_process_leaves_what_it_measured(tmp_path):
+    code = (
+        "import os, signal, torch\n"
+        "m = torch.nn.Linear(8, 8); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for i in range(5):\n"
+        "    m(torch.ones(4, 8)).sum().backward(); o.step()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc, records = run_probed(tmp_path, "-c", code, check=False)
+    assert proc.returncode == -9
+    report = read_probe(records)
+    # The last step closes only when the next would start (one optimizer: its set is learnt at step 1).
+    assert [s.index for s in report.steps] == [0, 1, 2, 3, 4]
+
+
+def test_the_shadowed_sitecustomize_still_runs(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nopen(os.environ['MARK'], 'w').write(__file__)\n")
+    for probe_on in (True, False):
+        mark = tmp_path / f"mark{probe_on}"
+        env = {**os.environ, "MARK": str(mark), "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), str(other)])}
+        env.pop("SWEEP_PROBE_DIR", None)
+        if probe_on:
+            env["SWEEP_PROBE_DIR"] = str(tmp_path / "rec")
+        proc = subprocess.run([sys.executable, "-c", "import sitecustomize; print(sitecustomize.__file__)"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert mark.read_text() == str(other / "sitecustomize.py")
+        assert proc.stdout.strip() == str(BOOT_DIR / "sitecustomize.py")
+
+
+def test_a_broken_probe_does_not_break_training(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")  # the record dir cannot be made: the probe has nowhere to write
+    env = {**os.environ, **probe_env(blocker / "probe", base_env=os.environ)}
+    proc = subprocess.run([sys.executable, str(TRAIN), "--steps", "3"], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
