@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FRAMEWORKS = Path(__file__).with_name("frameworks")
 PRESETS = ROOT / "src" / "sweep" / "conf" / "sweep"
 TOLERANCE = 0.02  # the probe against the framework's own timing of the same steps
+TOTAL_TOLERANCE = 0.05  # their sums over the same steps
 RANKING_NOISE = 0.05  # two pairs whose own median step times differ by less are not ranked
 
 pytestmark = pytest.mark.e2e
@@ -254,7 +255,9 @@ def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(nam
         REPORT.append(f"{name:9s} accum={accum} micro-batch={GLOBAL_BATCH // accum:2d}: {agreement.line()}; "
                       f"the sweep recorded {record['throughput']:,.1f} {record['throughput_unit']}")
         assert agreement.median_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
-        assert agreement.total_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
+        # The sums share every boundary but the two ends, where one stall of this busy box (tens of ms against a
+        # span of 1-3 s) can still fall between the two marks: a looser bound, the per-step ratio being the check.
+        assert agreement.total_ratio == pytest.approx(1, abs=TOTAL_TOLERANCE), REPORT[-1]
         if name in CROSS_CHECKED:
             REPORT.append(log_beside_probe(name, trial_dir, accum))
     # The ranking: the sweep's figures (the probe's) order the pairs as the framework's own step times do, unless
