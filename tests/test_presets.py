@@ -101,6 +101,9 @@ LINES = [
     ("lightning", "Epoch 1:  10%|█         | 2/20 [00:03<00:27,  1.50s/it, v_num=1]", dict(value=1.5, unit="s/batch", epoch=1)),
     ("lightning", "Epoch 0/9  ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 9/20 0:00:03 • 0:00:04 2.61it/s v_num: 0 train_loss: 2.310",
      dict(value=2.61, unit="batches/s", epoch=0, step=9)),
+    # max_steps without max_epochs: Lightning 2.6's rich bar prints the epoch total as -2 (its last redraw, in a non-TTY log)
+    ("lightning", "Epoch 0/-2 ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 60/30 0:00:00 • 0:00:00 155.09it/s ",
+     dict(value=155.09, unit="batches/s", epoch=0, step=60)),
     ("lightning", "Epoch 0: : 100%|██████████| 50/50 [31:51<00:00, reduced_train_loss=6.130, global_step=49.00, "
                   "consumed_samples=76800.0, train_step_timing in s=5.900]", dict(value=5.9, unit="s/step", step=49)),
     ("lightning", "Training epoch 0, iteration 1/249 | lr: 3.922e-06 | global_batch_size: 8 | global_step: 1 | "

@@ -140,7 +140,7 @@ class LightningParser(LineParser):
       batch) it is s per optimizer step. Without one (NeMo ASR on plain Lightning, where
       accumulate_grad_batches feeds micro-batches) it is s per micro-batch, numbered by the bar's count.
     - Lightning: the `Epoch N:` tqdm bar (TQDMProgressBar) or the rich bar (`Epoch 0/9 ━━ 9/20 0:00:03 •
-      0:00:04 2.61it/s`); both count dataloader batches, i.e. micro-batches (batches/s).
+      0:00:04 2.61it/s`; `Epoch 0/-2` when max_epochs is unset); both count dataloader batches, i.e. micro-batches (batches/s).
     Validation, sanity-check, test and predict bars are not read.
     """
 
@@ -149,7 +149,7 @@ class LightningParser(LineParser):
     _nemo_iter = re.compile(r"iteration\s+(\d{1,18})\s*/")
     _epoch = re.compile(r"^\s*Epoch (?P<epoch>\d{1,9})(?:/\d+)?\s*:?")
     _rich = re.compile(
-        rf"^\s*Epoch (?P<epoch>\d{{1,9}})/\d+\s+\S*\s*(?P<n>\d{{1,18}})/(?P<total>\d+)\s+\S+\s+\S+\s+\S+\s+(?P<rate>{_NUM})(?P<per>it/s|s/it)"
+        rf"^\s*Epoch (?P<epoch>\d{{1,9}})/-?\d+\s+\S*\s*(?P<n>\d{{1,18}})/(?P<total>\d+)\s+\S+\s+\S+\s+\S+\s+(?P<rate>{_NUM})(?P<per>it/s|s/it)"
     )
 
     def parse_line(self, text: str) -> Measurement | None:

@@ -1,0 +1,325 @@
+"""Every shipped framework preset, run as shipped against its real framework from PyPI, at test size on the CPU.
+
+For each of HF Trainer, Lightning, timm's own train.py, nanoGPT's own train.py and DeepSpeed, a real sweep
+through `+sweep=<preset>` (the shipped file, with only the script and the model/data flags swapped for the test
+scripts under tests/frameworks/; the preset's launcher, batch flags, parser and settings unchanged), then:
+- the probe's per-step times match the framework's own timing of the same optimizer steps (a callback of the
+  framework's writing its own file, or the framework's own printed step time) within 2% (medians);
+- the pairs rank the same by either;
+- on +machine=cpu2 a torchrun command starts exactly 2 ranks per trial, counted from the probe's records and
+  from the script's own files;
+- with workload.probe=false the preset's log figures stand beside the probe's (`python -m sweep.logs`).
+
+The frameworks are installed by .ci/run (`pip install -e .[frameworks]`; torchvision through
+tests/frameworks/torchvision_cpu, see docs/trainers.md). Each module is skipped, with its reason, where its
+framework is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from sweep_run import run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+FRAMEWORKS = Path(__file__).with_name("frameworks")
+PRESETS = ROOT / "src" / "sweep" / "conf" / "sweep"
+TOLERANCE = 0.02  # the probe against the framework's own timing of the same steps
+TOTAL_TOLERANCE = 0.05  # their sums over the same steps
+RANKING_NOISE = 0.05  # two pairs whose own median step times differ by less are not ranked
+
+pytestmark = pytest.mark.e2e
+
+
+def needs(*modules: str) -> pytest.MarkDecorator:
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"{', '.join(missing)} not installed (pip install -e .[frameworks])")
+
+
+# ---------------------------------------------------------------- the shipped presets, at test size
+
+
+def shipped(name: str) -> dict:
+    return yaml.safe_load((PRESETS / f"{name}.yaml").read_text())
+
+
+def swap(argv: list[str], script: str, replacement: str, drop: tuple[str, ...] = (), add: tuple[str, ...] = ()) -> list[str]:
+    """The preset's argv with its script replaced, the flags starting with `drop` removed and `add` appended."""
+    assert script in argv, f"the preset no longer runs {script}: {argv}"
+    out = [replacement if a == script else a for a in argv if not a.startswith(drop or ("\0",))]
+    return out + list(add)
+
+
+def hf_argv(argv: list[str], data: Path) -> list[str]:
+    # run_clm.py's hub model and data set cannot be fetched here: the test script builds a tiny GPT-2 itself.
+    # --use_cpu: without it, on a host without GPUs, accelerate initialises the process group under torchrun but the
+    # Trainer runs undistributed (each rank trains alone as process 0); HF's users on CPUs pass it.
+    return swap(argv, "run_clm.py", str(FRAMEWORKS / "hf" / "train_hf.py"),
+                drop=("--model_name_or_path", "--dataset_name", "--dataset_config_name", "--max_steps"),
+                add=("--max_steps=24", "--use_cpu", "--eval_strategy=steps", "--eval_steps=100000", "--eval_on_start", "--seq_len=32", "--n_embd=64"))
+
+
+def lightning_argv(argv: list[str], data: Path) -> list[str]:
+    return swap(argv, "train.py", str(FRAMEWORKS / "lightning" / "train_lightning.py"), drop=("trainer.max_steps",),
+                add=("trainer.max_steps=30",))
+
+
+def timm_argv(argv: list[str], data: Path) -> list[str]:
+    # --amp: float16 autocast is the GPU recipe's; the CPU runs float32. --log-interval=1: timm prints every update's time.
+    return swap(argv, "train.py", str(FRAMEWORKS / "timm" / "train.py"), drop=("--data-dir", "--model", "--amp", "--log-interval"),
+                add=(f"--data-dir={data}", "--model=test_resnet", "--input-size", "3", "64", "64", "--num-classes=2", "--device=cpu",
+                     "--workers=1", "--warmup-epochs=0", "--log-interval=1", f"--output={data.parent / 'timm_out'}"))
+
+
+def nanogpt_argv(argv: list[str], data: Path) -> list[str]:
+    # nanoGPT's configurator applies its arguments in order: config/tiny_cpu.py shrinks the model after the preset's flags.
+    return [*argv, "config/tiny_cpu.py"]
+
+
+def deepspeed_argv(argv: list[str], data: Path) -> list[str]:
+    assert argv[:2] == ["bash", "-c"] and " train.py " in argv[2], argv
+    return ["bash", "-c", argv[2].replace(" train.py ", f" {FRAMEWORKS / 'deepspeed' / 'train.py'} ") + " --steps=30"]
+
+
+def prepare_timm(work: Path) -> Path:
+    subprocess.run([sys.executable, str(FRAMEWORKS / "timm" / "prepare_data.py"), str(work / "images")], check=True)
+    return work / "images"
+
+
+def prepare_nanogpt(work: Path) -> Path:
+    checkout = work / "nanoGPT"  # nanoGPT runs from its checkout (data/<dataset>/, configurator.py)
+    shutil.copytree(FRAMEWORKS / "nanogpt", checkout)
+    subprocess.run([sys.executable, "data/tiny/prepare.py"], cwd=checkout, check=True)
+    return checkout
+
+
+# ---------------------------------------------------------------- reading what each side measured
+
+
+def independent_from_files(trial_dir: Path, steps_dir: Path, extra_probe_steps: int = 0) -> dict[int, dict[int, float]]:
+    """{rank: {probe step index: seconds}} from tests/frameworks/step_times.py's files of this trial."""
+    out: dict[int, dict[int, float]] = {}
+    for path in sorted(steps_dir.glob(f"{trial_dir.name}.rank*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            out.setdefault(record["rank"], {})[record["step"] - 1 + extra_probe_steps] = record["seconds"]  # steps count from 1, the probe's from 0
+    return out
+
+
+_TIMM = re.compile(r"Train: \d+ \[\s*(\d+)/\d+.*?Time: [\d.]+s,\s*([\d.]+)/s")
+_NANOGPT = re.compile(r"^iter (\d+): loss \S+, time ([\d.]+)ms", re.MULTILINE)
+
+
+def independent_from_log(trial_dir: Path, framework: str, global_batch: int) -> dict[int, dict[int, float]]:
+    """{0: {probe step index: seconds}} from the framework's own printed step times (rank 0 prints them)."""
+    text = "\n".join(p.read_text(errors="replace") for p in sorted(trial_dir.rglob("*.log")))
+    if framework == "timm":  # update i's samples/s over its time (2 decimals of samples/s: finer than its 3 of seconds)
+        return {0: {int(i): global_batch / float(rate) for i, rate in _TIMM.findall(text)}}
+    return {0: {int(i): float(ms) / 1000.0 for i, ms in _NANOGPT.findall(text)}}  # nanoGPT's dt of iter i
+
+
+def probe_steps(trial_dir: Path) -> tuple[list[int], dict[int, float]]:
+    """The ranks the probe saw stepping, and {step index: seconds of the slowest rank}."""
+    from sweep.probe import read_probe
+
+    dirs = sorted({p.parent for p in trial_dir.rglob("*.jsonl") if '"kind"' in p.read_text()[:200]})
+    assert len(dirs) == 1, f"probe records expected in one dir of {trial_dir}, found {dirs}"
+    report = read_probe(dirs[0])
+    return report.ranks, {s.index: s.seconds for s in report.steps}
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """The probe against the framework's own timing, over the optimizer steps both timed (past the warm-up)."""
+
+    steps: int
+    probe_median: float  # seconds
+    own_median: float
+    median_ratio: float  # median over those steps of probe / own, step by step
+    total_ratio: float  # their sums' ratio: the same wall time, whatever falls between the two marks
+
+    def line(self) -> str:
+        return (f"probe {self.probe_median * 1000:7.2f} ms/step, own {self.own_median * 1000:7.2f} ms/step (medians of {self.steps} "
+                f"steps); step by step probe/own: median {self.median_ratio:.4f}, in total {self.total_ratio:.4f}")
+
+
+def compare(probe: dict[int, float], own: dict[int, float], skip: int) -> Agreement:
+    """Step by step: each of the two marks an optimizer step's end, one in torch's step hook, the other in the framework's
+    callback a little later, so a stall of this busy box between them moves time from one step to the next on one side
+    only. The per-step ratios' median and the sums are immune to that; the two medians of step times are not, and are
+    reported beside them."""
+    common = sorted(i for i in set(probe) & set(own) if i >= skip)
+    assert len(common) >= 5, f"too few common steps: probe {sorted(probe)}, own {sorted(own)}"
+    return Agreement(
+        steps=len(common),
+        probe_median=statistics.median(probe[i] for i in common),
+        own_median=statistics.median(own[i] for i in common),
+        median_ratio=statistics.median(probe[i] / own[i] for i in common),
+        total_ratio=sum(probe[i] for i in common) / sum(own[i] for i in common),
+    )
+
+
+# ---------------------------------------------------------------- the sweeps
+
+
+@dataclass(frozen=True)
+class Case:
+    make_argv: Callable[[list[str], Path], list[str]]  # the test-size argv from the shipped preset's
+    modules: tuple[str, ...]  # what must be installed
+    own_timing: str = "file"  # "file": its callback's step_times file; "log": the step times it prints itself
+    prepare: Callable[[Path], Path] | None = None  # writes its data under the work dir, returns where it is
+    # Probe steps before the framework's own step 1: DeepSpeed's fp16/bf16 optimizer steps once in
+    # initialize_optimizer_states (zero gradients, to create the optimizer state), which the probe counts.
+    extra_probe_steps: int = 0
+    overrides: tuple[str, ...] = ()  # Hydra overrides of the sweep for the test
+
+
+CASES = {
+    "hf": Case(hf_argv, ("transformers", "accelerate")),
+    "lightning": Case(lightning_argv, ("lightning", "rich")),
+    # The preset stops a timm trial after 5 figures (timm's train.py has no step limit); the test-size epoch ends itself.
+    "timm": Case(timm_argv, ("timm", "torchvision"), own_timing="log", prepare=prepare_timm, overrides=("workload.parser.stop_after=null",)),
+    "nanogpt": Case(nanogpt_argv, ("numpy",), own_timing="log", prepare=prepare_nanogpt),
+    "deepspeed": Case(deepspeed_argv, ("deepspeed",), extra_probe_steps=1),
+}
+GLOBAL_BATCH = 16
+REPORT: list[str] = []  # printed at the end of the session (the figures for the issue's note)
+
+
+def run_preset(name: str, tmp_path: Path, machine: str = "local", extra: tuple[str, ...] = (), accums: str = "1,2") -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """A real sweep through the shipped preset at test size; returns (sweep dir, step-times dir, process)."""
+    case = CASES[name]
+    work = tmp_path / "work"
+    work.mkdir()
+    data = case.prepare(work) if case.prepare else work
+    cwd = data if name == "nanogpt" else work
+    preset = shipped(name)
+    preset["workload"]["argv"] = case.make_argv(preset["workload"]["argv"], data)
+    steps_dir = tmp_path / "step_times"
+    # Each trial's own timing file, named after the pair (the script reads STEP_TIMES_FILE).
+    preset["workload"]["env"] = {**preset["workload"].get("env", {}), "STEP_TIMES_FILE": f"{steps_dir}/accum{{accum}}_split1"}
+    confdir = tmp_path / "conf" / "sweep"
+    confdir.mkdir(parents=True)
+    (confdir / f"{name}_test.yaml").write_text("# @package _global_\n" + yaml.safe_dump(preset))
+    sweep_dir = tmp_path / "s"
+    proc = run_sweep(
+        [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"+sweep={name}_test", f"+machine={machine}", f"hydra.sweep.dir={sweep_dir}",
+         f"global_batch_size={GLOBAL_BATCH}", f"accum={accums}", "search=grid", "trial.time_limit_s=300", *case.overrides, *extra],
+        cwd=cwd, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return sweep_dir, steps_dir, proc
+
+
+def trials(sweep_dir: Path, accums: tuple[int, ...] = (1, 2)) -> dict[int, Path]:
+    out = {}
+    for result in sweep_dir.glob("trials/*/result.json"):
+        record = json.loads(result.read_text())
+        assert record["status"] == "ok", record
+        out[record["accum"]] = result.parent
+    assert sorted(out) == list(accums), out
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(name: str, tmp_path: Path) -> None:
+    case = CASES[name]
+    for module in case.modules:
+        pytest.importorskip(module, reason=f"{module} not installed (pip install -e .[frameworks])")
+    sweep_dir, steps_dir, _ = run_preset(name, tmp_path)
+    skip = max(3, int(shipped(name)["workload"]["parser"]["skip_first"]))  # the preset's warm-up, at least 3 steps
+    own_medians, sweep_figures = {}, {}
+    for accum, trial_dir in sorted(trials(sweep_dir).items()):
+        ranks, probe = probe_steps(trial_dir)
+        if case.own_timing == "file":
+            own = independent_from_files(trial_dir, steps_dir, case.extra_probe_steps)
+        else:
+            own = independent_from_log(trial_dir, name, GLOBAL_BATCH)
+        assert ranks == [0] and list(own) == [0], (ranks, list(own))
+        agreement = compare(probe, own[0], skip)
+        own_medians[accum] = agreement.own_median
+        record = json.loads((trial_dir / "result.json").read_text())
+        assert record["measured_by"] == "probe", record
+        sweep_figures[accum] = record["throughput"]
+        REPORT.append(f"{name:9s} accum={accum} micro-batch={GLOBAL_BATCH // accum:2d}: {agreement.line()}; "
+                      f"the sweep recorded {record['throughput']:,.1f} {record['throughput_unit']}")
+        assert agreement.median_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
+        # The sums share every boundary but the two ends, where one stall of this busy box (tens of ms against a
+        # span of 1-3 s) can still fall between the two marks: a looser bound, the per-step ratio being the check.
+        assert agreement.total_ratio == pytest.approx(1, abs=TOTAL_TOLERANCE), REPORT[-1]
+        if name in CROSS_CHECKED:
+            REPORT.append(log_beside_probe(name, trial_dir, accum))
+    # The ranking: the sweep's figures (the probe's) order the pairs as the framework's own step times do, unless
+    # those are too close for an order (run-to-run noise between two trial processes on this box is several %).
+    by_sweep = sorted(sweep_figures, key=lambda a: -sweep_figures[a])
+    by_own = sorted(own_medians, key=lambda a: own_medians[a])
+    close = abs(own_medians[1] / own_medians[2] - 1) < RANKING_NOISE
+    REPORT.append(f"{name:9s} fastest by the sweep: accum={by_sweep[0]}, by its own timing: accum={by_own[0]}"
+                  + (" (within the noise: not ranked)" if close else ""))
+    assert close or by_sweep == by_own, REPORT[-1]
+
+
+@needs("transformers", "accelerate")
+def test_torchrun_on_cpu2_starts_two_ranks_per_trial(tmp_path: Path) -> None:
+    """The HF preset's `torchrun --nproc_per_node={num_devices}` on +machine=cpu2 (gloo): one launcher per trial,
+    2 ranks, as both the probe (the processes that stepped an optimizer) and the Trainer (its process_index) say."""
+    sweep_dir, steps_dir, _ = run_preset("hf", tmp_path, machine="cpu2")
+    skip = int(shipped("hf")["workload"]["parser"]["skip_first"])
+    for accum, trial_dir in sorted(trials(sweep_dir).items()):
+        ranks, probe = probe_steps(trial_dir)
+        stepping = [p.name for p in trial_dir.glob("probe-*/*.jsonl") if '"kind":"step"' in p.read_text().replace(" ", "")]
+        own = independent_from_files(trial_dir, steps_dir)
+        slowest_rank = {i: max(own[r][i] for r in own) for i in set.intersection(*(set(times) for times in own.values()))}
+        agreement = compare(probe, slowest_rank, skip)
+        REPORT.append(f"hf on cpu2 accum={accum}: {len(stepping)} processes stepped an optimizer, the probe saw ranks {ranks}, "
+                      f"the Trainer's own files came from ranks {sorted(own)}; slowest rank: {agreement.line()}")
+        assert len(stepping) == 2 and ranks == [0, 1] and sorted(own) == [0, 1], REPORT[-1]
+        assert agreement.median_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
+
+
+CROSS_CHECKED = ("hf", "lightning", "timm")
+
+
+def log_beside_probe(name: str, trial_dir: Path, accum: int) -> str:
+    """`python -m sweep.logs` on the trial's log with the preset's parser: the log's figures beside the probe's
+    (its records of the same run, probe-N beside command-N.log)."""
+    log = max(trial_dir.glob("command-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+    logs = subprocess.run(
+        [sys.executable, "-m", "sweep.logs", str(log), "--parser", shipped(name)["workload"]["parser"]["type"],
+         f"--global-batch-size={GLOBAL_BATCH}", f"--accum={accum}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert logs.returncode == 0, logs.stdout + logs.stderr
+    assert "probe throughput:" in logs.stdout and "log vs probe:" in logs.stdout, logs.stdout
+    tail = [line for line in logs.stdout.splitlines() if line.startswith(("throughput:", "from:", "probe", "log vs probe"))]
+    return f"  python -m sweep.logs {log.relative_to(trial_dir.parent.parent)} --parser {name}:\n    " + "\n    ".join(tail)
+
+
+@pytest.mark.parametrize("name", CROSS_CHECKED)
+def test_with_the_probe_off_the_preset_reads_the_log(name: str, tmp_path: Path) -> None:
+    """workload.probe=false: the log preset is what the sweep reads (the fallback, for non-PyTorch trainers too)."""
+    for module in CASES[name].modules:
+        pytest.importorskip(module, reason=f"{module} not installed (pip install -e .[frameworks])")
+    sweep_dir, _, _ = run_preset(name, tmp_path, extra=("workload.probe=false",), accums="2")  # one pair: the log is what is tested
+    for accum, trial_dir in sorted(trials(sweep_dir, (2,)).items()):
+        record = json.loads((trial_dir / "result.json").read_text())
+        assert record["measured_by"] == "log" and not list(trial_dir.glob("probe-*")), record
+        assert record["throughput"] > 0, record
+        REPORT.append(f"{name:9s} accum={accum} workload.probe=false: the sweep recorded {record['throughput']:.1f} {record['throughput_unit']} "
+                      f"from the log ({record.get('steps_measured')} figures)")
+
+
+def teardown_module() -> None:
+    if REPORT:
+        print("\n" + "\n".join(REPORT))
