@@ -117,7 +117,6 @@ def main() -> None:
                 next(net.parameters()).grad.fill_(float("inf"))
             for opt in optimizers:
                 scaler.step(opt)
-            scaler.update()
         else:
             loss.backward()
             for opt in optimizers:
@@ -125,6 +124,8 @@ def main() -> None:
         now = time.perf_counter()  # where the probe's step ends too: as the last optimizer step returns
         own.append(now - last)
         last = now
+        if scaler is not None:
+            scaler.update()
         for opt in optimizers:
             opt.zero_grad()
     if args.own_times:

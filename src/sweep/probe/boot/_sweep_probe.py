@@ -15,7 +15,8 @@ line so a killed process leaves what it measured:
           finished), message, step
   problem why part of the probe could not work (it never raises into the user's program)
   exit    at interpreter exit
-Nothing is printed: the user's log stays theirs.
+Nothing is printed: the user's log stays theirs. Module hooks and OOM records are in
+_sweep_probe_modules.py (the same directory; a mixin of Probe).
 
 A step ends when the optimizers of one iteration have all stepped. Several optimizers stepping in
 one iteration (Muon + AdamW, a GAN's pair) are one step: an optimizer that steps again closes the
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import gc
 import json
 import os
 import socket
@@ -39,18 +39,10 @@ import threading
 import time
 import weakref
 
+from _sweep_probe_modules import OOM_MESSAGES, ModuleAndOomHooks, is_oom  # noqa: F401 - this module's public names too
+
 RECORD_DIR_ENV = "SWEEP_PROBE_DIR"
-WATCH_DEPTH = 3  # backward is followed into modules this deep in the running stack (_watch_backward)
 # Substrings of allocators' out-of-memory messages (kept in step with sweep.workloads.rnnt.memory).
-OOM_MESSAGES = (
-    "CUDA out of memory",
-    "CUDA error: out of memory",
-    "HIP out of memory",
-    "DefaultCPUAllocator: can't allocate memory",
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "CUDNN_STATUS_ALLOC_FAILED",
-    "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE",
-)
 _RANK_VARIABLES = ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 _WORLD_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 
@@ -61,32 +53,6 @@ def _env_int(names: tuple[str, ...], default: int) -> int:
         if value.strip().lstrip("-").isdigit():
             return int(value)
     return default
-
-
-def is_oom(exc: BaseException | None) -> bool:
-    if exc is None:
-        return False
-    if isinstance(exc, MemoryError):
-        return True
-    torch = sys.modules.get("torch")
-    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    if oom_type is not None and isinstance(exc, oom_type):
-        return True
-    if not isinstance(exc, RuntimeError):
-        return False
-    text = str(exc)
-    return any(m in text for m in OOM_MESSAGES)
-
-
-def _one_line(exc: BaseException) -> str:
-    """The allocator's own words: from its marker on (no "[enforce fail at ...]"), first line, no error code."""
-    text = str(exc).strip()
-    for marker in OOM_MESSAGES:
-        if marker in text:
-            text = text[text.index(marker):]
-            break
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first.split(". Error code")[0][:300]
 
 
 class _Writer:
@@ -123,7 +89,7 @@ class _Writer:
             self.file = None
 
 
-class Probe:
+class Probe(ModuleAndOomHooks):
     """The hooks' state in one process. One instance (PROBE); arm() points it at a record dir."""
 
     def __init__(self) -> None:
@@ -273,37 +239,6 @@ class Probe:
         self.undo.append(register_optimizer_step_pre_hook(self._optimizer_pre_hook).remove)
         self.undo.append(register_optimizer_step_post_hook(self._optimizer_post_hook).remove)
 
-    def _install_module_hooks(self, torch) -> None:
-        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-
-        self.undo.append(register_module_forward_pre_hook(self._forward_pre_hook).remove)
-        self.undo.append(register_module_forward_hook(self._forward_hook, always_call=True).remove)
-
-    def _install_backward_wrapper(self, torch) -> None:
-        original = torch.autograd.backward
-        probe = self
-
-        @functools.wraps(original)
-        def backward(*args, **kwargs):
-            if probe.writer is None:
-                return original(*args, **kwargs)
-            probe._activity()
-            probe.backward_depth += 1
-            if probe.backward_depth == 1:
-                probe.backward_module = None
-            try:
-                return original(*args, **kwargs)
-            except BaseException as exc:
-                if is_oom(exc):
-                    probe.record_oom(exc, "exception")
-                raise
-            finally:
-                probe.backward_depth -= 1
-
-        backward._sweep_probe_original = original  # type: ignore[attr-defined]
-        torch.autograd.backward = backward  # Tensor.backward calls it through torch.autograd
-        self.undo.append(lambda: setattr(torch.autograd, "backward", original))
-
     def _install_scaler_wrapper(self, torch) -> None:
         scaler_class = torch.amp.GradScaler
         original = scaler_class.step
@@ -326,33 +261,6 @@ class Probe:
         self.undo.append(lambda: setattr(scaler_class, "step", original))
 
     optimizer_calls = 0
-
-    def _install_cuda_observer(self, torch) -> None:
-        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
-        if attach is None or self.fork_hook_registered or not torch.cuda.is_available():
-            return  # none, or attached at the first arming already (it cannot be detached)
-
-        def attach_now() -> None:
-            try:
-                attach(self._cuda_oom_observer)
-            except Exception as exc:  # noqa: BLE001
-                self.problem("CUDA OOM observer", exc)
-
-        torch.cuda._lazy_call(attach_now)  # at CUDA's initialisation, or now if it is up already
-
-    def _install_excepthook(self, torch) -> None:
-        previous = sys.excepthook
-
-        def excepthook(kind, exc, tb):
-            try:
-                if is_oom(exc):
-                    self.record_oom(exc, "uncaught")
-            except Exception:  # noqa: BLE001
-                pass
-            previous(kind, exc, tb)
-
-        sys.excepthook = excepthook
-        self.undo.append(lambda: setattr(sys, "excepthook", previous))
 
     # ---------------------------------------------------------------- steps
 
@@ -381,20 +289,6 @@ class Probe:
         """The open step's memory figures so far (a step an OOM cut short never closes)."""
         self._sample_memory()
         return dict(self.memory)
-
-    def name_modules(self, root, prefix: str = "") -> None:
-        """Name root's modules by their attribute paths from root (`encoder.lstm`), ahead of any OOM.
-
-        Without it a path is looked up when an OOM needs it, over the live objects; a caller that holds
-        its model (the built-in workload) names it here, so that needs no memory when memory is short."""
-        for name, module in root.named_modules(prefix=prefix):
-            self.names[module] = name or type(module).__name__
-
-    def module_path(self, module) -> str:
-        try:
-            return self.names[module]
-        except (KeyError, TypeError):
-            return _module_path(module)
 
     def _sync(self) -> None:
         torch = self.torch if self.hooks_installed else None
@@ -532,115 +426,6 @@ class Probe:
         self.allocator_oom_pending = False
         return record
 
-    # ---------------------------------------------------------------- modules and OOMs
-
-    def _forward_pre_hook(self, module, args) -> None:
-        if self.writer is None or self.compiling():
-            return None
-        if self.step_start is None:
-            self.step_start = time.perf_counter()
-        self.module_stack.append(module)
-        return None
-
-    def _forward_hook(self, module, args, output) -> None:
-        if self.writer is None or self.compiling():
-            return None
-        stack = self.module_stack
-        try:
-            if output is None:
-                exc = sys.exc_info()[1]
-                if exc is not None and is_oom(exc):
-                    self.record_oom(exc, "exception")
-            elif self.backward_depth == 0 and self.torch.is_grad_enabled():
-                self._watch_backward(module, output)
-        except Exception as exc:  # noqa: BLE001
-            self.problem("forward hook", exc)
-        if stack and stack[-1] is module:
-            stack.pop()
-        elif module in stack:  # unbalanced (a hook elsewhere raised): unwind to it
-            while stack and stack.pop() is not module:
-                pass
-        self.last_module = module
-        return None
-
-    def _watch_backward(self, module, output) -> None:
-        """Hook one output tensor: its gradient means backward has reached the module.
-
-        Only for modules at most WATCH_DEPTH deep in the running stack (`module.encoder.layers`: a
-        phase is named near the top), so a model of thousands of layers pays for a handful per step."""
-        if len(self.module_stack) > WATCH_DEPTH:
-            return
-        tensor = output
-        if type(output) in (tuple, list):
-            tensor = output[0] if output else None
-        elif isinstance(output, dict):
-            tensor = next(iter(output.values()), None)
-        if not isinstance(tensor, self.torch.Tensor) or not tensor.requires_grad:
-            return
-        # A module returning its child's output as is: the child (innermost) names that gradient.
-        if self.last_watched is not None and self.last_watched() is tensor:
-            return
-        key = id(module)
-        entry = self.backward_hooks.get(key)
-        if entry is None or entry[0]() is not module:  # one hook per module, made once
-            entry = self.backward_hooks[key] = (weakref.ref(module), functools.partial(_backward_reached, self, weakref.ref(module)))
-        tensor.register_hook(entry[1])
-        self.last_watched = weakref.ref(tensor)
-
-    def _cuda_oom_observer(self, device, alloc, device_allocated, device_free) -> None:
-        try:
-            message = (
-                f"CUDA out of memory: tried to allocate {alloc} bytes on device {device} "
-                f"({device_allocated} allocated, {device_free} free)"
-            )
-            self._record_oom_at_context(message, "allocator")
-            self.allocator_oom_pending = True
-        except Exception as exc:  # noqa: BLE001
-            self.problem("CUDA OOM observer", exc)
-
-    def record_oom(self, exc: BaseException, source: str) -> None:
-        """Record an OOM exception once (it passes through several hooks on its way out)."""
-        if id(exc) in self.seen_exceptions:
-            return
-        self.seen_exceptions = (self.seen_exceptions + [id(exc)])[-16:]
-        if self.allocator_oom_pending:  # the allocator's observer told us already, at the same place
-            self.allocator_oom_pending = False
-            return
-        self._record_oom_at_context(_one_line(exc), source)
-
-    def note_oom(self, message: str) -> None:
-        """An OOM a caller caught where no hook saw it (an op between modules on CPU): record it at
-        the probe's current place, unless one is recorded in this step already."""
-        if any(o["step"] == self.step_index for o in self.ooms):
-            return
-        self._record_oom_at_context(message[:300], "caller")
-
-    def _record_oom_at_context(self, message: str, source: str) -> None:
-        # Innermost first: a module running (an optimizer's closure runs the model inside its step),
-        # a backward, an optimizer step, else the module that ran last (an op between modules).
-        module, inside = None, False
-        if self.module_stack:
-            module, inside = self.module_stack[-1], True
-        elif self.backward_depth > 0 and self.backward_module is not None:
-            module, inside = self.backward_module(), True
-        if module is None and self.depth > 0 and self.current_optimizer is not None:
-            where, path, inside = "optimizer", f"optimizer:{type(self.current_optimizer).__name__}", True
-        else:
-            module = module if module is not None else self.last_module
-            where = "backward" if self.backward_depth > 0 else ("optimizer" if self.depth > 0 else "forward")
-            path = self.module_path(module) if module is not None else ""
-        record = {
-            "kind": "oom",
-            "step": self.step_index,
-            "module": path,
-            "where": where,
-            "inside": inside,
-            "message": message,
-            "source": source,
-        }
-        self.ooms.append(record)
-        self._write(record)
-
     def _finish(self, why: str) -> None:
         if self.group:
             self._close_step()
@@ -653,37 +438,6 @@ class Probe:
                 self.writer.close()
         except Exception:  # noqa: BLE001
             pass
-
-
-def _backward_reached(probe: Probe, ref, grad):
-    probe.backward_module = ref
-    return None
-
-
-def _module_path(module) -> str:
-    """`encoder.lstm`: the module's attribute path from the outermost module holding it.
-
-    Looked up only when an OOM needs it (a walk over the live modules), so steps pay nothing
-    for names. A module no other module holds is named by its class."""
-    try:
-        import torch.nn as nn
-
-        parent: dict[int, tuple[object, str]] = {}
-        module_type = nn.Module
-        for obj in gc.get_objects():
-            # type(), not isinstance: a lazy or deprecated object's __class__ may warn or run code.
-            if issubclass(type(obj), module_type):
-                for name, child in obj._modules.items():
-                    if child is not None and id(child) not in parent:
-                        parent[id(child)] = (obj, name)
-        names, current, seen = [], module, set()
-        while id(current) in parent and id(current) not in seen:
-            seen.add(id(current))
-            current, name = parent[id(current)]
-            names.append(name)
-        return ".".join(reversed(names)) if names else type(module).__name__
-    except Exception:  # noqa: BLE001 - memory may be short right now: the class is a name too
-        return type(module).__name__
 
 
 PROBE = Probe()
