@@ -17,6 +17,8 @@ SHARED_MODULE_FIXTURES = {
 }
 
 
+# tryfirst: pytest-xdist's own hook reads the xdist_group marks to name each test's group; they must be there by then.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
