@@ -1,3 +1,28 @@
-"""Shared fixtures. The Slurm fixture starts a real single-node cluster on localhost (tests/slurm)."""
+"""Shared fixtures. The Slurm fixture starts a real single-node cluster on localhost (tests/slurm).
 
+The suite runs on every core with pytest-xdist (`-n logical --dist loadgroup` in pyproject.toml), each
+test where a worker is free, except tests that share something costly, which one worker runs together
+(an xdist group): the Slurm tests share one cluster (a session fixture), so one cluster is started, once;
+a module whose tests share a module fixture that runs sweeps or trials would otherwise run it on every worker."""
+
+import pytest
 from slurm_cluster import slurm_cluster  # noqa: F401  (a session fixture used by the Slurm tests)
+
+# Modules whose module-scoped fixture runs real sweeps or trials (tens of seconds of CPU): the fixture's name.
+SHARED_MODULE_FIXTURES = {
+    "test_bad_input.py": "outcomes",  # every bad-input case as its own `python -m sweep`, all at once
+    "test_faults.py": "reference",  # the kill campaigns' uninterrupted reference sweep
+    "test_fingerprint.py": "finished",  # one finished sweep the refusals are tried against
+    "test_memory.py": "real_ooms",  # real OOMs in one subprocess
+}
+
+
+# tryfirst: pytest-xdist's own hook reads the xdist_group marks to name each test's group; they must be there by then.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "slurm_cluster" in fixtures or item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif SHARED_MODULE_FIXTURES.get(item.path.name) in fixtures:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))

@@ -44,7 +44,7 @@ class RNNTWorkloadConfig:
     frames: int = 48  # input frames per utterance when lengths="fixed", before stacking
     subsample: int = 2  # frontend frame stacking = subsampling in front of the encoder (caiman-asr: 3)
     label_len: int = 6  # target tokens per utterance (U) when lengths="fixed"
-    vocab: int = 128  # output vocabulary incl. blank (V): sentencepiece size + 1
+    vocab: int = 176  # output vocabulary incl. blank (V): sentencepiece size + 1
     enc_hidden: int = 8  # encoder LSTM width (caiman-asr enc_n_hid)
     enc_pre_layers: int = 0  # encoder LSTM layers before the time stacking (caiman-asr enc_pre_rnn_layers)
     enc_stack_time: int = 1  # time-stacking factor inside the encoder (caiman-asr enc_stack_time_factor)
