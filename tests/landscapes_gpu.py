@@ -269,7 +269,7 @@ def _stop(
     _, low, high = throughput_summary(steps, gbs)
     lead_iv = (float(lead.throughput_low or 0.0), float(lead.throughput_high or 0.0))
     if cannot_win((low, high), lead_iv, candidate_steps=len(steps), leader_steps=len(lead.step_times_s)):
-        return race_reason((low, high), lead_iv, lead.key, len(steps))
+        return race_reason((low, high), lead_iv, lead.key)
     return None
 
 

@@ -67,12 +67,12 @@ def hf_argv(argv: list[str], data: Path) -> list[str]:
     # Trainer runs undistributed (each rank trains alone as process 0); HF's users on CPUs pass it.
     return swap(argv, "run_clm.py", str(FRAMEWORKS / "hf" / "train_hf.py"),
                 drop=("--model_name_or_path", "--dataset_name", "--dataset_config_name", "--max_steps"),
-                add=("--max_steps=24", "--use_cpu", "--eval_strategy=steps", "--eval_steps=100000", "--eval_on_start", "--seq_len=32", "--n_embd=64"))
+                add=("--max_steps=24", "--use_cpu", "--eval_strategy=steps", "--eval_steps=100000", "--eval_on_start", "--seq_len=64", "--n_embd=128"))
 
 
 def lightning_argv(argv: list[str], data: Path) -> list[str]:
     return swap(argv, "train.py", str(FRAMEWORKS / "lightning" / "train_lightning.py"), drop=("trainer.max_steps",),
-                add=("trainer.max_steps=30",))
+                add=("trainer.max_steps=30", "model.hidden=2048"))
 
 
 def timm_argv(argv: list[str], data: Path) -> list[str]:
@@ -89,7 +89,7 @@ def nanogpt_argv(argv: list[str], data: Path) -> list[str]:
 
 def deepspeed_argv(argv: list[str], data: Path) -> list[str]:
     assert argv[:2] == ["bash", "-c"] and " train.py " in argv[2], argv
-    return ["bash", "-c", argv[2].replace(" train.py ", f" {FRAMEWORKS / 'deepspeed' / 'train.py'} ") + " --steps=30"]
+    return ["bash", "-c", argv[2].replace(" train.py ", f" {FRAMEWORKS / 'deepspeed' / 'train.py'} ") + " --steps=30 --features=1024 --hidden=2048"]
 
 
 def prepare_timm(work: Path) -> Path:
@@ -215,7 +215,12 @@ def run_preset(name: str, tmp_path: Path, machine: str = "local", extra: tuple[s
     sweep_dir = tmp_path / "s"
     proc = run_sweep(
         [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"+sweep={name}_test", f"+machine={machine}", f"hydra.sweep.dir={sweep_dir}",
-         f"global_batch_size={GLOBAL_BATCH}", f"accum={accums}", "search=grid", "trial.time_limit_s=300", *case.overrides, *extra],
+         f"global_batch_size={GLOBAL_BATCH}", f"accum={accums}", "search=grid", "trial.time_limit_s=300",
+         # One thread per rank: the probe and the framework's own callback time the same steps a moment apart, and
+         # on a 2-core host shared with other tests a descheduled thread pool would shift time between neighbouring
+         # steps on one side only. No end-of-sweep re-timing, and each trial measured to its own end rather than to
+         # the sweep's decision: these tests compare each trial's steps with the framework's own.
+         "machine.cpu_threads=1", "search.drift_check=false", "search.measure_to_decision=false", *case.overrides, *extra],
         cwd=cwd, timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -200,6 +200,6 @@ def test_a_sweep_recommends_the_roomy_pair_and_names_the_faster_tight_one(tmp_pa
     assert code == 0, out.err
     rec = yaml.safe_load((tmp_path / "s" / "recommendation.yaml").read_text())
     assert (rec["accum"], rec["split"], rec["tight"]) == (2, 1, False)
-    assert rec["memory_note"].startswith("accum=1 split=1 is 100% faster (200.0 vs 100.0 samples/s) but leaves ")
+    assert rec["memory_note"].startswith("accum=1 is 100% faster (200.0 vs 100.0 samples/s) but leaves ")  # 1-D: the command has no {split}
     assert rec["memory_note"].endswith("headroom, below trial.memory_margin=0.05")
     assert rec["memory_note"] in out.out

@@ -246,7 +246,7 @@ def reattach(trial_dir: Path, executor_folder: str) -> Any | None:
         # Queued, running, or requeued after a preemption: still this trial's job.
         return None if job.done(force_check=True) else job
     if cluster == "local" and job_id.isdigit() and _local_job_alive(int(job_id), executor_folder, record.get("create_time")):
-        return _LocalOrphan(executor_folder, job_id)
+        return _LocalOrphan(executor_folder, job_id, Path(trial_dir))
     # An orchestrator killed between submitting a local job and writing its job.json leaves a
     # running job that only the submitit folder knows: follow it rather than run the trial twice.
     return _unrecorded_local_job(Path(trial_dir), executor_folder)
@@ -267,7 +267,7 @@ def _unrecorded_local_job(trial_dir: Path, executor_folder: str) -> Any | None:
         except Exception:  # noqa: BLE001 - not a trial of this sweep, or half-written
             continue
         if same:
-            job = _LocalOrphan(executor_folder, job_id)
+            job = _LocalOrphan(executor_folder, job_id, trial_dir)
             remember_job(trial_dir, job, "local")
             return job
     return None
@@ -276,14 +276,26 @@ def _unrecorded_local_job(trial_dir: Path, executor_folder: str) -> Any | None:
 class _LocalOrphan:
     """A local job whose parent orchestrator died: followed through its pid and result file."""
 
-    def __init__(self, folder: str, job_id: str) -> None:
+    def __init__(self, folder: str, job_id: str, trial_dir: Path | None = None) -> None:
         self.job_id = job_id
+        # The executor's folder as its controllers were started with it ("%j" unexpanded): what their
+        # command line names. paths.folder has the job id filled in, so it never matches one.
+        self.executor_folder = folder
         self.paths = JobPaths(folder, job_id=job_id)
+        self.trial_dir = trial_dir
         self.state = "RUNNING"
 
     def done(self, force_check: bool = False) -> bool:
-        if _local_job_alive(int(self.job_id), str(self.paths.folder)):
+        if _local_job_alive(int(self.job_id), self.executor_folder):
             return False
+        # Without its controller the trial may still run: the processes it recorded (its command's tree)
+        # are alive, and the trial writes its own record when they end. Calling it ended now would end
+        # them and record a failure over a trial that goes on to finish (kill campaigns saw exactly that).
+        if self.trial_dir is not None:
+            from sweep.launch.tree import recorded, same_process
+
+            if any(same_process(pid, started) is not None for pid, started in recorded(self.trial_dir)):
+                return False
         self.state = "FINISHED"
         return True
 

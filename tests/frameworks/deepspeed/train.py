@@ -23,11 +23,12 @@ def main() -> None:
     parser.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps to run")
     parser.add_argument("--features", type=int, default=256, help="input width")
+    parser.add_argument("--hidden", type=int, default=512, help="hidden width")
     args = deepspeed.add_config_arguments(parser).parse_args()
 
     deepspeed.init_distributed()
-    model = torch.nn.Sequential(torch.nn.Linear(args.features, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
-                                torch.nn.Linear(512, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(args.features, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(args.hidden, 1))
     engine, _, _, _ = deepspeed.initialize(args=args, model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
     times = StepTimesFile(engine.global_rank)
     micro = engine.train_micro_batch_size_per_gpu()
