@@ -133,6 +133,7 @@ def main() -> None:
         with open(f"{args.own_times}.rank{rank}.json", "w") as f:
             json.dump(own, f)
     if distributed:
+        dist.barrier()  # both ranks past their last collective before gloo tears down (a teardown race aborts a rank)
         dist.destroy_process_group()
 
 

@@ -170,7 +170,7 @@ def test_racing_hands_ahead_steps_to_the_decision(tmp_path):
 
 @pytest.mark.parametrize(
     "overrides",
-    [[], ["workload=rnnt_base", "trial.warmup_steps=3"], ["workload=command", "workload.argv=[python,-c,pass,--batch={per_device_batch}]"]],
+    [[], ["workload=rnnt_base", "trial.warmup_steps=3"], ["workload=command", "workload.argv=[python,-c,pass,'--batch={per_device_batch}']"]],
     ids=["rnnt_demo", "rnnt_base", "command"],
 )
 def test_the_orchestrator_measures_to_the_decision_with_the_plans_stress_step(tmp_path, overrides):
