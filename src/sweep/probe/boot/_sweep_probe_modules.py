@@ -17,7 +17,7 @@ import time
 import weakref
 
 WATCH_DEPTH = 3  # backward is followed into modules this deep in the running stack (_watch_backward)
-# Substrings of allocators' out-of-memory messages (kept in step with sweep.workloads.rnnt.memory).
+# Substrings of allocators' out-of-memory messages; sweep.workloads.rnnt.memory reads this same tuple.
 OOM_MESSAGES = (
     "CUDA out of memory",
     "CUDA error: out of memory",

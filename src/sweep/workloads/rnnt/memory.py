@@ -19,19 +19,14 @@ from pathlib import Path
 
 import torch
 
+# Substrings of the messages allocators give when memory runs out: the probe's tuple, the one list (the
+# probe keeps it in a stdlib-only module, since it runs where sweep may not be importable). Anything else
+# is a bug and must surface, not be recorded as "too big" (Lightning's rule).
+from sweep.probe.boot._sweep_probe_modules import OOM_MESSAGES
+
 GIB = 1024**3
 
-# Substrings of the messages allocators give when memory runs out. Anything
-# else is a bug and must surface, not be recorded as "too big" (Lightning's rule).
-OOM_MESSAGES = (
-    "CUDA out of memory",
-    "CUDA error: out of memory",
-    "HIP out of memory",
-    "DefaultCPUAllocator: can't allocate memory",
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "CUDNN_STATUS_ALLOC_FAILED",
-    "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE",
-)
+
 # oneDNN (the CPU LSTM) reports a failed allocation this way; it is an OOM only
 # while an emulated CPU budget is in force, otherwise a real error.
 ONEDNN_ALLOC_MESSAGES = ("could not create a primitive", "could not execute a primitive")
