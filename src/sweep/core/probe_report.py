@@ -176,30 +176,37 @@ def _first_oom(ooms: Sequence[tuple[float, Record]]) -> ProbeOom | None:
     )
 
 
-CompiledModulePatterns = tuple[tuple[str, tuple["re.Pattern[str]", ...]], ...]
+CompiledPhasePatterns = tuple[tuple[str, tuple["re.Pattern[str]", ...]], ...]
+CompiledModulePatterns = CompiledPhasePatterns
 
 
-def compile_module_phase_patterns(patterns: Mapping[str, Sequence[str] | str] | None) -> CompiledModulePatterns:
-    """Validate and compile {phase: regexes}; None gives DEFAULT_MODULE_PHASE_PATTERNS. ValueError names a bad one."""
-    if patterns is None:
-        patterns = DEFAULT_MODULE_PHASE_PATTERNS
+def compile_phase_regexes(patterns: Mapping[str, Sequence[str] | str], label: str) -> CompiledPhasePatterns:
+    """Validate and compile {phase: regex or regexes}; ValueError, one line starting with `label`, names a bad one.
+
+    The one compiler for phase patterns: the log classifier's (on traceback frames) and the probe's (on
+    module paths) differ only in their defaults and the setting they name."""
     if not isinstance(patterns, Mapping):
-        raise ValueError(f"module phase patterns: expected a mapping of phase -> regexes, got {type(patterns).__name__}")
+        raise ValueError(f"{label}: expected a mapping of phase -> regexes, got {type(patterns).__name__}")
     phases = [str(p) for p in OomPhase]
     out = []
     for phase, regexes in patterns.items():
         if phase not in phases:
-            raise ValueError(f"module phase patterns: unknown phase {phase!r}; valid phases: {', '.join(phases)}")
+            raise ValueError(f"{label}: unknown phase {phase!r}; valid phases: {', '.join(phases)}")
         compiled = []
         for regex in [regexes] if isinstance(regexes, str) else list(regexes):
             if not isinstance(regex, str):
-                raise ValueError(f"module phase patterns[{phase!r}]: expected regex strings, got {type(regex).__name__}")
+                raise ValueError(f"{label}[{phase!r}]: expected regex strings, got {type(regex).__name__}")
             try:
                 compiled.append(re.compile(regex))
             except re.error as e:
-                raise ValueError(f"module phase patterns[{phase!r}]: {regex!r} does not compile: {e}") from None
+                raise ValueError(f"{label}[{phase!r}]: {regex!r} does not compile: {e}") from None
         out.append((str(phase), tuple(compiled)))
     return tuple(out)
+
+
+def compile_module_phase_patterns(patterns: Mapping[str, Sequence[str] | str] | None) -> CompiledModulePatterns:
+    """Validate and compile {phase: regexes}; None gives DEFAULT_MODULE_PHASE_PATTERNS. ValueError names a bad one."""
+    return compile_phase_regexes(DEFAULT_MODULE_PHASE_PATTERNS if patterns is None else patterns, "module phase patterns")
 
 
 def oom_phase_of(module_path: str, patterns: Mapping[str, Sequence[str] | str] | CompiledModulePatterns | None = None) -> str | None:

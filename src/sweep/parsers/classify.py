@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweep.core.probe_report import CompiledPhasePatterns, compile_phase_regexes
 from sweep.core.schema import (
     CANCELLED,
     FAILED,
     OK,
     OOM,
-    OOM_PHASES,
     PHASE_ENCODER,
     PHASE_JOINT,
     PHASE_OPTIMIZER,
@@ -94,7 +94,7 @@ DEFAULT_PHASE_PATTERNS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-CompiledPatterns = tuple[tuple[str, tuple["re.Pattern[str]", ...]], ...]
+CompiledPatterns = CompiledPhasePatterns
 
 
 def compile_phase_patterns(patterns: Mapping[str, Sequence[str] | str] | None) -> CompiledPatterns:
@@ -104,24 +104,7 @@ def compile_phase_patterns(patterns: Mapping[str, Sequence[str] | str] | None) -
     matched against names from the built-in model; to extend the defaults,
     merge DEFAULT_PHASE_PATTERNS in first. Raises ValueError, one line.
     """
-    if patterns is None:
-        patterns = DEFAULT_PHASE_PATTERNS
-    if not isinstance(patterns, Mapping):
-        raise ValueError(f"phase_patterns: expected a mapping of phase -> regexes, got {type(patterns).__name__}")
-    out = []
-    for phase, regexes in patterns.items():
-        if phase not in OOM_PHASES:
-            raise ValueError(f"phase_patterns: unknown phase {phase!r}; valid phases: {', '.join(OOM_PHASES)}")
-        compiled = []
-        for regex in [regexes] if isinstance(regexes, str) else regexes:
-            if not isinstance(regex, str):
-                raise ValueError(f"phase_patterns[{phase!r}]: expected regex strings, got {type(regex).__name__}")
-            try:
-                compiled.append(re.compile(regex))
-            except re.error as e:
-                raise ValueError(f"phase_patterns[{phase!r}]: {regex!r} does not compile: {e}") from None
-        out.append((phase, tuple(compiled)))
-    return tuple(out)
+    return compile_phase_regexes(DEFAULT_PHASE_PATTERNS if patterns is None else patterns, "phase_patterns")
 
 
 # An allocation failure on the device (or in the process): the candidate needs too much memory.
