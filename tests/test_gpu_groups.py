@@ -29,6 +29,15 @@ for epoch in (1, 2, 3):
 '''
 
 
+def pretend_four_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch reports four 80 GB CUDA devices: the GPU paths run on a CPU host."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 1024**3, name=f"Fake80GB{i}"))
+
+
 def run_in_process(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
     from sweep.cli.main import main
 
@@ -39,11 +48,7 @@ def run_in_process(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 def test_trials_in_flight_see_disjoint_device_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    from types import SimpleNamespace
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 1024**3, name=f"Fake80GB{i}"))
+    pretend_four_gpus(monkeypatch)
     script, ledger, sweep_dir = tmp_path / "train.py", tmp_path / "ledger", tmp_path / "sweep"
     script.write_text(SCRIPT)
     ledger.mkdir()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from test_gpu_groups import pretend_four_gpus, run_in_process
 
 from sweep.core.schema import Status, TrialResult
 from sweep.core.screening import confirm_candidates, screens
@@ -57,24 +58,11 @@ def test_the_pairs_inside_the_leaders_noise_are_confirmed_and_a_failed_confirmat
     assert [r.key for r in confirm_candidates(screened, ooms)] == ["accum4_split1"]
 
 
-def run_in_process(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
-    from sweep.cli.main import main
-
-    monkeypatch.setattr(sys, "argv", ["sweep", *args])
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    monkeypatch.delenv("SWEEP_DEBUG", raising=False)
-    return main()
-
-
 @pytest.mark.e2e
 def test_a_two_device_sweep_screens_one_rank_trials_side_by_side_then_confirms_with_full_trials(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from types import SimpleNamespace
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 1024**3, name=f"Fake80GB{i}"))
+    pretend_four_gpus(monkeypatch)
     script, ledger, sweep_dir = tmp_path / "train.py", tmp_path / "ledger", tmp_path / "sweep"
     script.write_text(SCRIPT)
     ledger.mkdir()
