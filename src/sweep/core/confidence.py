@@ -19,9 +19,6 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
-from scipy.integrate import trapezoid
-from scipy.special import ndtr
-from scipy.stats import median_abs_deviation, norm
 
 from sweep.core.implications import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
 from sweep.core.schema import CANCELLED, OK, TrialResult
@@ -68,7 +65,15 @@ GAIN_FLOOR = 0.02
 # smooth integrand converges geometrically: 0.1 apart it is within 1e-9 of scipy's adaptive quad, where
 # Gauss-Legendre on the same span needs 160 nodes for 3e-6 and Gauss-Hermite is worse (measured, 3000 cases).
 _Z = np.linspace(-8.0, 8.0, 161)
-_PDF = norm.pdf(_Z)
+
+
+# scipy is imported where it is used, not at import: this module is imported by every trial process and
+# by the command line, where scipy.stats' 0.5 s import would come before any work.
+@lru_cache(maxsize=1)
+def _normal_density_at_nodes() -> np.ndarray:
+    from scipy.stats import norm
+
+    return norm.pdf(_Z)
 
 
 @lru_cache(maxsize=8192)
@@ -78,6 +83,8 @@ def _step_spread(step_times_s: tuple[float, ...]) -> tuple[float, int] | None:
     The normal-scaled median absolute deviation, so slow outlier steps do not inflate it; the sample sd
     if that is 0. Cached: a sweep rescores every finished trial each time one lands.
     """
+    from scipy.stats import median_abs_deviation
+
     logs = np.log([t for t in step_times_s if t > 0])
     if logs.size < 2:
         return None
@@ -122,10 +129,13 @@ def leader_probability(results: Mapping[str, TrialResult], run_to_run: float = T
     rivals = [(m, s) for k, (m, s) in est.items() if k != lead and m0 - m < 8.0 * math.hypot(s0, s)]
     if not rivals:
         return 1.0
+    from scipy.integrate import trapezoid
+    from scipy.special import ndtr
+
     means, sds = np.array(rivals).T
     # At each node: the density of the leader's error times P(every rival falls below the leader's value there).
     beats_all = np.prod(ndtr((m0 + s0 * _Z[:, None] - means) / sds), axis=1)
-    return float(min(1.0, trapezoid(_PDF * beats_all, _Z)))
+    return float(min(1.0, trapezoid(_normal_density_at_nodes() * beats_all, _Z)))
 
 
 def _offset(c: Candidate | TrialResult, lead: TrialResult) -> tuple[float, float]:

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from scipy import stats
 
 from sweep.core.schema import OK, OOM, TrialResult
 
@@ -224,13 +223,19 @@ def predicted_oom_reason(pred: PeakPrediction, capacity_gib: float) -> str:
 
 
 # --- numerics: scipy's Student t, numpy's SVD ---------------------------------------------------
+# scipy.stats is imported where used: this module is imported by trial processes and the command line,
+# which should not pay its 0.5 s import before they start (core/stats.py).
 
 
 def student_t_cdf(t: float, dof: int) -> float:
+    from scipy import stats
+
     return float(stats.t.cdf(t, dof))
 
 
 def student_t_quantile(p: float, dof: int) -> float:
+    from scipy import stats
+
     return float(stats.t.ppf(p, dof))
 
 
@@ -273,6 +278,8 @@ def _censored_mean(mean: np.ndarray, sigma: float, bound: np.ndarray) -> np.ndar
     mean, bound = np.asarray(mean, dtype=float), np.asarray(bound, dtype=float)
     if sigma <= 0:
         return np.maximum(mean, bound)
+    from scipy import stats
+
     alpha = (bound - mean) / sigma
     # The inverse Mills ratio pdf/sf; in the far tail, its asymptote alpha + 1/alpha (so the
     # expectation is bound + sigma/alpha), where pdf and sf both underflow.

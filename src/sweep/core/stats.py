@@ -4,7 +4,8 @@ A trial reports the median samples/s over its measured (post warm-up) steps
 and a distribution-free 95% interval for that median: the order-statistic
 interval, which needs no normality assumption and stays honest for the
 handful of steps a short trial can afford. The binomial tail it rests on is
-scipy's.
+scipy's (imported when first needed: a trial process and a refused command line
+should not pay scipy's 0.5 s import before they start).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from functools import lru_cache
 from statistics import median
 
 import numpy as np
-from scipy.stats import binom
 
 # median is re-exported: the one median (it raises StatisticsError, a ValueError, on no data).
 __all__ = ["Z95", "interval_se", "median", "median_interval_coverage", "median_interval_ranks", "throughput_summary"]
@@ -32,7 +32,9 @@ def interval_se(low: float | None, high: float | None) -> float | None:
 
 def median_interval_coverage(n: int, lo_rank: int) -> float:
     """P(the true median lies in [x_(lo), x_(n-1-lo)]) = 1 - 2 P(X <= lo) for X ~ Binomial(n, 1/2)."""
-    return float(1.0 - 2.0 * binom.cdf(lo_rank, n, 0.5))
+    from scipy.special import bdtr  # the Binomial CDF, without scipy.stats' import
+
+    return float(1.0 - 2.0 * bdtr(lo_rank, n, 0.5))
 
 
 @lru_cache(maxsize=1024)  # a pure function of two numbers, asked for on every trial
@@ -45,9 +47,11 @@ def median_interval_ranks(n: int, level: float = 0.95) -> tuple[int, int]:
     """
     if n <= 0:
         raise ValueError("no samples")
+    from scipy.special import bdtr  # the Binomial CDF, without scipy.stats' import
+
     ks = np.arange(1, n)
     # Both conditions hold on a prefix of ks (the tail grows with k), so the largest k that meets them is the answer.
-    usable = ks[(ks < n - 1 - ks) & (binom.cdf(ks, n, 0.5) <= (1.0 - level) / 2)]
+    usable = ks[(ks < n - 1 - ks) & (bdtr(ks, n, 0.5) <= (1.0 - level) / 2)]
     k = int(usable.max()) if usable.size else 0
     return k, n - 1 - k
 
