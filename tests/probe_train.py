@@ -6,8 +6,9 @@ test can set the probe's figures beside an independent measurement.
 
 --optimizers 2: two optimizers per iteration (one step to the probe). --skip-step K: an inf gradient at
 iteration K under a CPU GradScaler, which then skips that step. --oom forward|backward|recover: run out
-of memory (an allocation over the address-space cap --cap-mib sets) inside the module `encoder.block`'s
-forward, inside `joint`'s backward, or in `encoder.block` and carry on with a smaller batch.
+of memory (an allocation over the address-space cap --cap-mib sets) at iteration --oom-step (2) inside
+the module `encoder.block`'s forward, inside `joint`'s backward, or in `encoder.block` and carry on with
+a smaller batch.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def main() -> None:
     p.add_argument("--optimizers", type=int, default=1)
     p.add_argument("--skip-step", type=int, default=-1)
     p.add_argument("--oom", choices=["", "forward", "backward", "recover"], default="")
+    p.add_argument("--oom-step", type=int, default=2)
     p.add_argument("--cap-mib", type=int, default=512)
     p.add_argument("--own-times", default="")
     args = p.parse_args()
@@ -101,8 +103,8 @@ def main() -> None:
     last = time.perf_counter()
     for step in range(args.steps):
         x = torch.randn(batch, args.width)
-        net.encoder.block.explode = args.oom in ("forward", "recover") and step == 2
-        net.joint.explode_backward = args.oom == "backward" and step == 2
+        net.encoder.block.explode = args.oom in ("forward", "recover") and step == args.oom_step
+        net.joint.explode_backward = args.oom == "backward" and step == args.oom_step
         try:
             loss = model(x).pow(2).mean()
         except RuntimeError as exc:  # torch.OutOfMemoryError on CUDA; the CPU allocator's is a RuntimeError

@@ -140,18 +140,26 @@ def test_a_step_the_grad_scaler_skips_still_counts(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("mode", "module", "where", "phase"),
-    [("forward", "encoder.block", "forward", "encoder"), ("backward", "joint", "backward", "joint")],
+    ("mode", "step", "module", "where", "via", "phase"),
+    [
+        # The first step is tracked live: the module whose output backward had reached.
+        ("forward", 0, "encoder.block", "forward", "hooks", "encoder"),
+        ("backward", 0, "joint", "backward", "hooks", "joint"),
+        # Later steps carry no module hooks: the failing call's frames, and in backward the autograd node
+        # that raised (a Python Function here), named by the module owning the nearest parameter.
+        ("forward", 2, "encoder.block", "forward", "frames", "encoder"),
+        ("backward", 2, "joint.out", "backward", "autograd node", "joint"),
+    ],
 )
-def test_an_oom_names_the_module_it_happened_in(tmp_path, mode, module, where, phase):
-    proc, records = run_probed(tmp_path, str(TRAIN), "--steps", "6", "--oom", mode, check=False)
+def test_an_oom_names_the_module_it_happened_in(tmp_path, mode, step, module, where, via, phase):
+    proc, records = run_probed(tmp_path, str(TRAIN), "--steps", "6", "--oom", mode, "--oom-step", str(step), check=False)
     assert proc.returncode == 1 and "can't allocate memory" in proc.stderr
     report = read_probe(records)
-    assert len(report.steps) == 2  # the two steps before it
+    assert len(report.steps) == step  # the steps before it
     oom = report.oom
-    assert (oom.module, oom.where, oom.step, oom.rank, oom.inside) == (module, where, 2, 0, True)
+    assert (oom.module, oom.where, oom.step, oom.rank, oom.inside) == (module, where, step, 0, True)
     assert "can't allocate memory" in oom.message
-    assert oom_phase_of(oom.module, None) == phase
+    assert oom_phase_of(oom.module, None) == phase and oom.via == via
 
 
 def test_an_oom_the_trainer_recovers_from_is_still_recorded(tmp_path):

@@ -1,7 +1,8 @@
 """The probe on a real CUDA device: `python -m pytest -m gpu`. Skipped, with the reason, without CUDA.
 
 What a CPU host cannot show: the allocator's per-step figures (max allocated, max reserved, retries)
-beside torch's own, and an OOM the trainer catches recorded by the allocator's OOM observer.
+beside torch's own, and an OOM the trainer catches recorded by the allocator's OOM observer, in forward
+(from the failing call's frames) and in backward (from the autograd node the engine's device thread runs).
 """
 
 from __future__ import annotations
@@ -61,6 +62,36 @@ for step in range(4):
     opt.zero_grad()
 """
 
+# An OOM in backward after the first step (no module is tracked live then), in an autograd node that
+# follows `joint` (a Function applied to its output); the script catches it and carries on.
+BACKWARD = r"""
+import torch
+from torch import nn
+class Huge(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+    @staticmethod
+    def backward(ctx, grad):
+        free, total = torch.cuda.mem_get_info()
+        torch.empty(2 * total, dtype=torch.uint8, device=grad.device)
+        return grad * 2
+model = nn.Module()
+model.encoder = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
+model.joint = nn.Linear(64, 8)
+model.cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(4):
+    out = model.joint(model.encoder(torch.randn(64, 64, device="cuda")))
+    loss = (Huge.apply(out) if step == 2 else out).sum()
+    try:
+        loss.backward()
+    except torch.OutOfMemoryError:
+        pass
+    opt.step()
+    opt.zero_grad()
+"""
+
 
 def run(tmp_path, code, *argv):
     env = {**os.environ, **probe_env(tmp_path / "probe", base_env=os.environ)}
@@ -88,3 +119,11 @@ def test_a_cuda_oom_the_trainer_recovers_from_is_recorded_by_the_observer(tmp_pa
     assert oom is not None and (oom.module, oom.step, oom.where) == ("encoder.0", 1, "forward")
     assert "out of memory" in oom.message
     assert oom_phase_of(oom.module, None) == "encoder"
+
+
+def test_a_cuda_oom_in_backward_is_named_by_its_autograd_node(tmp_path):
+    report = run(tmp_path, BACKWARD)
+    assert len(report.steps) == 4
+    oom = report.oom
+    assert oom is not None and (oom.module, oom.step, oom.where, oom.via) == ("joint", 2, "backward", "autograd node")
+    assert oom_phase_of(oom.module, None) == "joint"

@@ -76,3 +76,75 @@ def test_the_builtin_ooms_module_is_the_probes(tmp_path):
     report = probe.read_probe(Path(spec.trial_dir) / PROBE_SUBDIR)
     assert report.oom is not None and report.oom.module == record.oom_module
     assert report.oom.message.startswith("DefaultCPUAllocator: can't allocate memory")
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+        self.joint = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.joint(self.encoder(x))
+
+
+def test_modules_are_tracked_live_only_until_the_first_step_closes(tmp_path, disarmed_after):
+    from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
+
+    net, leaf = Net(), torch.nn.Linear(8, 8)  # the leaf is called on its own, as a root
+    opt = torch.optim.SGD([*net.parameters(), *leaf.parameters()], lr=0.1)
+
+    def step():
+        net(leaf(torch.randn(4, 8))).sum().backward()
+        opt.step()
+
+    probe.install(tmp_path / "a")
+    assert _global_forward_pre_hooks and _global_forward_hooks
+    step()
+    step()  # one optimizer: the first step closes as the second begins
+    # No hook per module call is left but the container root's own (a leaf root's would slow every call for nothing).
+    assert not _global_forward_pre_hooks and not _global_forward_hooks
+    assert len(net._forward_hooks) == 1 and not leaf._forward_hooks and not net.encoder._forward_hooks
+    probe.install(tmp_path / "b")  # a new record: its first step is tracked live again
+    assert _global_forward_pre_hooks and not net._forward_hooks
+    disarmed_after.disarm()
+    assert not _global_forward_pre_hooks and not _global_forward_hooks and not net._forward_hooks
+
+
+def test_a_backward_node_is_named_by_the_module_owning_the_nearest_parameter(tmp_path, disarmed_after):
+    net = Net()
+    probe.install(tmp_path)
+    hidden = net.encoder(torch.randn(4, 8))
+    out = net.joint(hidden)
+    measured = disarmed_after
+    measured.roots.add(net)  # as the live tracking of a first step records it
+    assert measured._nearest_parameter_owner(out.grad_fn) == "joint"  # AddmmBackward: joint's bias one edge away
+    assert measured._nearest_parameter_owner(hidden.grad_fn) == "encoder.0"  # ReluBackward, then encoder.0's Addmm
+    assert measured._nearest_parameter_owner((out * 2).sum().grad_fn) == "joint"
+
+
+def test_the_allocator_observer_names_the_node_backward_runs(tmp_path, disarmed_after):
+    """What CUDA's allocator does on an OOM (it calls the observer where the allocation failed, here on the
+    thread running a backward node), driven on the CPU: the node comes from the autograd engine itself."""
+    measured = disarmed_after
+
+    class Observed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            measured._cuda_oom_observer(0, 1 << 40, 0, 0)
+            return grad * 2
+
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    probe.install(tmp_path)
+    for step in range(3):
+        out = net(torch.randn(4, 8))
+        (Observed.apply(out) if step == 2 else out).sum().backward()
+        opt.step()
+    oom = probe.read_probe(tmp_path).oom
+    assert oom is not None and (oom.module, oom.where, oom.step, oom.via) == ("joint", "backward", 2, "autograd node")
+    assert oom.message.startswith("CUDA out of memory: tried to allocate 1099511627776 bytes")

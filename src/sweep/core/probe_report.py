@@ -53,6 +53,9 @@ class ProbeOom:
     rank: int
     step: int  # the step it happened in (0: the first)
     inside: bool  # True: that module was running; False: it had just finished (an op between modules)
+    # How the module was known: "hooks" (tracked live, the first step), "frames" (the failing call's Python
+    # frames), "autograd node" (the module owning the parameter nearest the failing backward node); "": none
+    via: str = ""
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,7 @@ def _first_oom(ooms: Sequence[tuple[float, Record]]) -> ProbeOom | None:
         rank=int(record.get("rank", 0) or 0),
         step=int(record.get("step", 0) or 0),
         inside=bool(record.get("inside", False)),
+        via=str(record.get("via", "")),
     )
 
 

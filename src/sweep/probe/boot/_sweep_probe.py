@@ -12,7 +12,7 @@ line so a killed process leaves what it measured:
           /proc/self/status on CPU), the device
   oom     module (path of the running module, "optimizer:<class>" in an optimizer step), where
           (forward/backward/optimizer), inside (whether that module was running or had just
-          finished), message, step
+          finished), via (hooks/frames/autograd node: how the module was known), message, step
   problem why part of the probe could not work (it never raises into the user's program)
   exit    at interpreter exit
 Nothing is printed: the user's log stays theirs. Module hooks and OOM records are in
@@ -105,6 +105,8 @@ class Probe(ModuleAndOomHooks):
         self._disabled: set[str] = set()  # hooks that failed once: off for the rest of the run
         self.names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> path, from name_modules
         self.backward_hooks: dict[int, tuple] = {}  # id(module) -> (weakref to it, its tensor hook)
+        self.tracking_handles: list = []  # the global module hooks, while modules are tracked live
+        self.root_hooks: list = []  # the root modules' own hooks, after that
         self._reset_steps()
 
     # ---------------------------------------------------------------- arming
@@ -179,6 +181,8 @@ class Probe(ModuleAndOomHooks):
         if not self.hooks_installed:
             self.hooks_installed = True
             self._install_hooks(torch)
+        elif "module hooks" not in self._disabled:
+            self.start_tracking()  # the new record's first step is tracked live, as the first arming's was
 
     def _write(self, record: dict) -> None:
         if self.writer is None:
@@ -420,6 +424,11 @@ class Probe(ModuleAndOomHooks):
         self._write(record)
         if self.keep_steps:
             self.steps.append(record)
+        if self.tracking_handles:
+            try:
+                self.stop_tracking()
+            except Exception as exc:  # noqa: BLE001
+                self.problem("module hooks", exc)
         self.step_index += 1
         self.group, self.group_skipped, self.group_end, self.group_end_wall = {}, 0, None, 0.0
         self.step_start, self.explicit_start = end, False

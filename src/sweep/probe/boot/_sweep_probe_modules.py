@@ -1,17 +1,27 @@
 """Module hooks and OOM records of the probe (a part of _sweep_probe.Probe, split off for size).
 
-Which module is running, for an OOM's record: global forward hooks keep the stack of running modules
-(always_call, so an exception passing through a forward is seen there); a wrapper around
-torch.autograd.backward, with one gradient hook per module output near the top of the stack, knows
-which module backward has reached; CUDA's allocator OOM observer sees an OOM the trainer catches;
-sys.excepthook sees one nobody catches. A module's path is looked up only when an OOM needs it.
-Stdlib and torch only, like _sweep_probe.
+Which module was running when memory ran out costs nothing per step in the steady state: the module
+is read after the fact, from the Python frames of the failing call (each module call runs
+`Module._call_impl` with the module as `self`), and in backward from the autograd node the engine was
+running (torch._C._current_autograd_node(), from CUDA's allocator OOM observer) or the Python
+autograd Function whose backward raised, mapped to the module owning the nearest parameter.
+
+Until the first step closes the probe also tracks modules live (global forward hooks keeping the
+stack of running modules, always_call so an exception passing through is seen, and one gradient hook
+per module output near the top of the stack for backward): that first step is where most OOMs happen,
+and the one place a C++ op's OOM in backward on the CPU can be placed. It also learns the root
+modules (those called while no other module runs). After it, the global hooks come out (they cost
+every module call, some 10 us with the gradient hooks: 2-3% of the CPU demo's step) and only the
+roots keep an always_call forward hook, which sees an OOM passing through a forward even when the
+trainer catches it. sys.excepthook sees an OOM nobody catches; the autograd.backward wrapper one in
+backward. Stdlib and torch only, like _sweep_probe.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
+import os
 import sys
 import time
 import weakref
@@ -59,10 +69,43 @@ class ModuleAndOomHooks:
     """The module, backward, OOM-observer and excepthook parts of the probe (mixed into Probe)."""
 
     def _install_module_hooks(self, torch) -> None:
+        self.call_impl_code = torch.nn.Module._call_impl.__code__
+        self.node_type = torch.autograd.function.BackwardCFunction
+        self.roots = weakref.WeakSet()  # modules called while no other module was running
+        self.tracking_handles, self.root_hooks = [], []
+        self.start_tracking()
+        self.undo.append(self._remove_module_hooks)
+
+    def start_tracking(self) -> None:
+        """Track modules live until the next step closes (a new record starts with this)."""
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        self.undo.append(register_module_forward_pre_hook(self._forward_pre_hook).remove)
-        self.undo.append(register_module_forward_hook(self._forward_hook, always_call=True).remove)
+        if self.tracking_handles:
+            return
+        for handle in self.root_hooks:
+            handle.remove()
+        self.root_hooks = []
+        self.tracking_handles = [
+            register_module_forward_pre_hook(self._forward_pre_hook),
+            register_module_forward_hook(self._forward_hook, always_call=True),
+        ]
+
+    def stop_tracking(self) -> None:
+        """From now on no hook runs per module call but the roots' own (see the module docstring)."""
+        if not self.tracking_handles:
+            return
+        for handle in self.tracking_handles:
+            handle.remove()
+        self.tracking_handles, self.module_stack = [], []
+        # Containers only: an exception from a leaf called directly (a trainer's own `model.encoder(x)`) goes
+        # straight to its caller, and a hook on the leaf would slow every such call for nothing more.
+        for root in [r for r in list(self.roots) if r._modules]:
+            self.root_hooks.append(root.register_forward_hook(self._root_forward_hook, always_call=True))
+
+    def _remove_module_hooks(self) -> None:
+        for handle in [*self.tracking_handles, *self.root_hooks]:
+            handle.remove()
+        self.tracking_handles, self.root_hooks = [], []
 
     def _install_backward_wrapper(self, torch) -> None:
         original = torch.autograd.backward
@@ -137,6 +180,8 @@ class ModuleAndOomHooks:
             return None
         if self.step_start is None:
             self.step_start = time.perf_counter()
+        if not self.module_stack:
+            self.roots.add(module)
         self.module_stack.append(module)
         return None
 
@@ -159,6 +204,17 @@ class ModuleAndOomHooks:
             while stack and stack.pop() is not module:
                 pass
         self.last_module = module
+        return None
+
+    def _root_forward_hook(self, module, args, output) -> None:
+        """After tracking: a root's forward ended; with no output, an exception is passing through it."""
+        if output is None and self.writer is not None:
+            try:
+                exc = sys.exc_info()[1]
+                if exc is not None and is_oom(exc):
+                    self.record_oom(exc, "exception")
+            except Exception as exc:  # noqa: BLE001
+                self.problem("root forward hook", exc)
         return None
 
     def _watch_backward(self, module, output) -> None:
@@ -191,7 +247,10 @@ class ModuleAndOomHooks:
                 f"CUDA out of memory: tried to allocate {alloc} bytes on device {device} "
                 f"({device_allocated} allocated, {device_free} free)"
             )
-            self._record_oom_at_context(message, "allocator")
+            # Called where the allocation failed: this thread's frames (a forward) or the autograd
+            # node the engine runs (a backward, on the engine's device thread).
+            node = self.torch._C._current_autograd_node()
+            self._record_oom_at_context(message, "allocator", frames=_callers_frames(), node=node)
             self.allocator_oom_pending = True
         except Exception as exc:  # noqa: BLE001
             self.problem("CUDA OOM observer", exc)
@@ -204,7 +263,8 @@ class ModuleAndOomHooks:
         if self.allocator_oom_pending:  # the allocator's observer told us already, at the same place
             self.allocator_oom_pending = False
             return
-        self._record_oom_at_context(_one_line(exc), source)
+        frames = _frames_of_traceback(exc.__traceback__)
+        self._record_oom_at_context(_one_line(exc), source, frames=frames, node=self._node_in(frames))
 
     def note_oom(self, message: str) -> None:
         """An OOM a caller caught where no hook saw it (an op between modules on CPU): record it at
@@ -213,31 +273,124 @@ class ModuleAndOomHooks:
             return
         self._record_oom_at_context(message[:300], "caller")
 
-    def _record_oom_at_context(self, message: str, source: str) -> None:
+    def _record_oom_at_context(self, message: str, source: str, frames=(), node=None) -> None:
         # Innermost first: a module running (an optimizer's closure runs the model inside its step),
         # a backward, an optimizer step, else the module that ran last (an op between modules).
-        module, inside = None, False
+        module, path, inside, via = None, None, False, "hooks"
         if self.module_stack:
             module, inside = self.module_stack[-1], True
-        elif self.backward_depth > 0 and self.backward_module is not None:
-            module, inside = self.backward_module(), True
-        if module is None and self.depth > 0 and self.current_optimizer is not None:
+        if module is None:
+            module = self._innermost_module(frames)
+            inside, via = module is not None, "frames"
+        if module is None and self.backward_depth > 0:
+            if self.backward_module is not None:
+                module, inside, via = self.backward_module(), True, "hooks"
+            if module is None and node is not None:
+                path = self._nearest_parameter_owner(node)
+                inside, via = path is not None, "autograd node"
+        if module is None and path is None and self.depth > 0 and self.current_optimizer is not None:
             where, path, inside = "optimizer", f"optimizer:{type(self.current_optimizer).__name__}", True
         else:
-            module = module if module is not None else self.last_module
+            module = module if module is not None or path is not None else self.last_module
             where = "backward" if self.backward_depth > 0 else ("optimizer" if self.depth > 0 else "forward")
-            path = self.module_path(module) if module is not None else ""
+            if path is None:
+                path = self.module_path(module) if module is not None else ""
         record = {
             "kind": "oom",
             "step": self.step_index,
             "module": path,
             "where": where,
             "inside": inside,
+            "via": via if path else "",
             "message": message,
             "source": source,
         }
         self.ooms.append(record)
         self._write(record)
+
+    def _innermost_module(self, frames):
+        """The module of the innermost `Module._call_impl` frame (frames run outermost first), or None."""
+        code = getattr(self, "call_impl_code", None)
+        for frame in reversed(frames):
+            if frame.f_code is code:
+                module = frame.f_locals.get("self")
+                if module is not None:
+                    return module
+        return None
+
+    def _node_in(self, frames):
+        """The autograd node of the innermost Python autograd Function whose backward is in frames."""
+        node_type = getattr(self, "node_type", None)
+        for frame in reversed(frames):
+            ctx = frame.f_locals.get("ctx") if frame.f_code.co_name == "backward" else None
+            if node_type is not None and isinstance(ctx, node_type):
+                return ctx
+        return None
+
+    def _nearest_parameter_owner(self, node) -> str | None:
+        """The path of the module owning the parameter nearest below `node` in the autograd graph.
+
+        A backward node is reached from the loss after the modules that ran after it in forward, and
+        leads on to the parameters of the module it belongs to first (a Linear's AddmmBackward: its
+        bias one edge away). Parameters found at the same distance name their common parent."""
+        owners = self._parameter_owners()
+        frontier, seen = [node], {id(node)}
+        while frontier and len(seen) < 20000:
+            found, following = [], []
+            for current in frontier:
+                for function, _ in getattr(current, "next_functions", ()):
+                    if function is None or id(function) in seen:
+                        continue
+                    seen.add(id(function))
+                    variable = getattr(function, "variable", None)
+                    entry = owners.get(id(variable)) if variable is not None else None
+                    if entry is not None and entry[0]() is variable:
+                        found.append(entry[1])
+                    following.append(function)
+            if found:
+                common = os.path.commonprefix([f.split(".") for f in found])
+                return ".".join(common) if common else found[0]
+            frontier = following
+        return None
+
+    def _parameter_owners(self) -> dict[int, tuple]:
+        """id(parameter) -> (weak reference to it, its module's path), over the named and root modules."""
+        owners: dict[int, tuple] = {}
+        for module, path in list(self.names.items()):
+            for parameter in module._parameters.values():
+                if parameter is not None:
+                    owners.setdefault(id(parameter), (weakref.ref(parameter), path))
+        for root in list(getattr(self, "roots", ())):
+            prefix = self.module_path(root)
+            held = prefix != type(root).__name__  # a root no other module holds: its children's paths start at it
+            for name, module in root.named_modules():
+                path = (f"{prefix}.{name}" if held else name) if name else prefix
+                for parameter in module._parameters.values():
+                    if parameter is not None:
+                        owners.setdefault(id(parameter), (weakref.ref(parameter), path))
+        return owners
+
+
+def _frames_of_traceback(tb) -> list:
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _callers_frames() -> list:
+    """The live stack, outermost first, above the caller of this function's caller (the OOM observer's,
+    which CUDA's allocator calls): none on an autograd engine thread running a C++ node."""
+    try:
+        frame = sys._getframe(2)
+    except ValueError:
+        return []
+    frames = []
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    return frames[::-1]
 
 
 def _backward_reached(probe, ref, grad):

@@ -185,6 +185,9 @@ class RNNTWorkload:
         self._phase: str | None = None
         # Called with the new phase on every change; memory tests hang peak resets on it.
         self.on_phase: Callable[[str | None], None] | None = None
+        # Told of each OOM this workload catches, while its traceback still holds the failing call's
+        # frames (the runner passes it to the probe, which names the module from them).
+        self.on_oom: Callable[[BaseException], None] | None = None
 
     @property
     def phase(self) -> str | None:
@@ -359,6 +362,8 @@ class RNNTWorkload:
                 return _Failure(_FAILED, f"{type(exc).__name__}: {exc}".splitlines()[0], error=exc)
             phase = self.phase or PHASE_ENCODER
             failure = _Failure(_PHASE_CODE[phase], oom_summary(exc), "".join(traceback.format_exception(exc)))
+            if self.on_oom is not None:
+                self.on_oom(exc)
             drop_exception(exc)
         # Out of the except block: the traceback's frames (and the activations they
         # held) are unreachable now, so this actually frees them.

@@ -210,6 +210,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
         )
         workload = RNNTWorkload(spec.workload, device, rank=rank, world_size=world_size, data_seed=int(trial.seed))
         measured.name_modules(workload.model)
+        workload.on_oom = lambda exc: measured.record_oom(exc, "caller")
         # On CPU at the trial's own batch, so oneDNN's shape-specialised primitives exist before the cap.
         workload.warm_up(per_device_batch if device.type == "cpu" else 1)
         workload.sync()
