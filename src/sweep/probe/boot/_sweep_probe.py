@@ -16,7 +16,8 @@ line so a killed process leaves what it measured:
   problem why part of the probe could not work (it never raises into the user's program)
   exit    at interpreter exit
 Nothing is printed: the user's log stays theirs. Module hooks and OOM records are in
-_sweep_probe_modules.py (the same directory; a mixin of Probe).
+_sweep_probe_modules.py and _sweep_probe_oom.py, memory sampling in _sweep_probe_memory.py (the same
+directory; mixins of Probe).
 
 A step ends when the optimizers of one iteration have all stepped. Several optimizers stepping in
 one iteration (Muon + AdamW, a GAN's pair) are one step: an optimizer that steps again closes the
@@ -39,6 +40,7 @@ import threading
 import time
 import weakref
 
+from _sweep_probe_memory import MemorySampling
 from _sweep_probe_modules import OOM_MESSAGES, ModuleAndOomHooks, is_oom  # noqa: F401 - this module's public names too
 
 RECORD_DIR_ENV = "SWEEP_PROBE_DIR"
@@ -89,7 +91,7 @@ class _Writer:
             self.file = None
 
 
-class Probe(ModuleAndOomHooks):
+class Probe(ModuleAndOomHooks, MemorySampling):
     """The hooks' state in one process. One instance (PROBE); arm() points it at a record dir."""
 
     def __init__(self) -> None:
@@ -284,16 +286,6 @@ class Probe(ModuleAndOomHooks):
             return None
         return self._close_step()
 
-    def reset_peaks(self) -> None:
-        """Memory peaks count from now (a caller whose start-up and warm-up must not count)."""
-        self._sample_memory()
-        self.memory = {}
-
-    def open_step_memory(self) -> dict:
-        """The open step's memory figures so far (a step an OOM cut short never closes)."""
-        self._sample_memory()
-        return dict(self.memory)
-
     def _sync(self) -> None:
         torch = self.torch if self.hooks_installed else None
         if torch is not None and torch.cuda.is_initialized():
@@ -346,48 +338,6 @@ class Probe(ModuleAndOomHooks):
         self.last_module = None
         if self.expected is not None and self.expected <= set(self.group):
             self._close_step()
-
-    def _proc_status(self) -> dict[str, int]:
-        """Bytes of /proc/self/status's Vm* lines (resident and address-space, current and peak): one
-        pread on a descriptor kept open (a fork's child opens its own)."""
-        if self.status_fd is None or self.fd_pid != os.getpid():
-            self.status_fd, self.clear_refs_fd, self.fd_pid = os.open("/proc/self/status", os.O_RDONLY), None, os.getpid()
-        text = os.pread(self.status_fd, 8192, 0)
-        out = {}
-        for name in (b"VmPeak", b"VmSize", b"VmHWM", b"VmRSS"):
-            at = text.find(name + b":")
-            if at >= 0:
-                at += len(name) + 1
-                out[name.decode()] = int(text[at : text.find(b"kB", at)]) * 1024  # "VmRSS:	  123 kB"
-        return out
-
-    def _sample_memory(self) -> None:
-        """Fold the peaks since the last sample into the open step's, then reset them."""
-        memory = self.memory
-        try:
-            status = self._proc_status()
-            memory["resident_peak"] = max(memory.get("resident_peak", 0), status.get("VmHWM", 0))
-            memory["resident"] = status.get("VmRSS", 0)
-            memory["address_peak"] = max(memory.get("address_peak", 0), status.get("VmPeak", 0))
-            memory["address"] = status.get("VmSize", 0)
-            if "clear_refs" not in self._disabled:
-                try:
-                    if self.clear_refs_fd is None or self.fd_pid != os.getpid():
-                        self.clear_refs_fd = os.open("/proc/self/clear_refs", os.O_WRONLY)
-                    os.write(self.clear_refs_fd, b"5")  # VmHWM back to the current resident size (Linux >= 4.0)
-                except OSError as exc:
-                    self.problem("clear_refs", exc)
-        except Exception as exc:  # noqa: BLE001
-            self.problem("CPU memory", exc)
-        torch = self.torch
-        try:
-            if torch.cuda.is_initialized():
-                device = torch.cuda.current_device()
-                memory["allocated_peak"] = max(memory.get("allocated_peak", 0), torch.cuda.max_memory_allocated(device))
-                memory["reserved_peak"] = max(memory.get("reserved_peak", 0), torch.cuda.max_memory_reserved(device))
-                torch.cuda.reset_peak_memory_stats(device)
-        except Exception as exc:  # noqa: BLE001
-            self.problem("CUDA memory", exc)
 
     def _close_step(self) -> dict:
         torch = self.torch

@@ -20,53 +20,16 @@ backward. Stdlib and torch only, like _sweep_probe.
 from __future__ import annotations
 
 import functools
-import gc
-import os
 import sys
 import time
 import weakref
 
+from _sweep_probe_oom import OOM_MESSAGES, OomRecords, callers_frames, is_oom  # noqa: F401 - OOM_MESSAGES: a public name here too
+
 WATCH_DEPTH = 3  # backward is followed into modules this deep in the running stack (_watch_backward)
-# Substrings of allocators' out-of-memory messages; sweep.workloads.rnnt.memory reads this same tuple.
-OOM_MESSAGES = (
-    "CUDA out of memory",
-    "CUDA error: out of memory",
-    "HIP out of memory",
-    "DefaultCPUAllocator: can't allocate memory",
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "CUDNN_STATUS_ALLOC_FAILED",
-    "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE",
-)
 
-
-def is_oom(exc: BaseException | None) -> bool:
-    if exc is None:
-        return False
-    if isinstance(exc, MemoryError):
-        return True
-    torch = sys.modules.get("torch")
-    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    if oom_type is not None and isinstance(exc, oom_type):
-        return True
-    if not isinstance(exc, RuntimeError):
-        return False
-    text = str(exc)
-    return any(m in text for m in OOM_MESSAGES)
-
-
-def _one_line(exc: BaseException) -> str:
-    """The allocator's own words: from its marker on (no "[enforce fail at ...]"), first line, no error code."""
-    text = str(exc).strip()
-    for marker in OOM_MESSAGES:
-        if marker in text:
-            text = text[text.index(marker):]
-            break
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first.split(". Error code")[0][:300]
-
-
-class ModuleAndOomHooks:
-    """The module, backward, OOM-observer and excepthook parts of the probe (mixed into Probe)."""
+class ModuleAndOomHooks(OomRecords):
+    """The module, backward, OOM-observer and excepthook hooks of the probe (mixed into Probe)."""
 
     def _install_module_hooks(self, torch) -> None:
         self.call_impl_code = torch.nn.Module._call_impl.__code__
@@ -159,22 +122,6 @@ class ModuleAndOomHooks:
         sys.excepthook = excepthook
         self.undo.append(lambda: setattr(sys, "excepthook", previous))
 
-    def name_modules(self, root, prefix: str = "") -> None:
-        """Name root's modules by their attribute paths from root (`encoder.lstm`), ahead of any OOM.
-
-        Without it a path is looked up when an OOM needs it, over the live objects; a caller that holds
-        its model (the built-in workload) names it here, so that needs no memory when memory is short."""
-        for name, module in root.named_modules(prefix=prefix):
-            self.names[module] = name or type(module).__name__
-
-    def module_path(self, module) -> str:
-        try:
-            return self.names[module]
-        except (KeyError, TypeError):
-            return _module_path(module)
-
-    # ---------------------------------------------------------------- modules and OOMs
-
     def _forward_pre_hook(self, module, args) -> None:
         if self.writer is None or self.compiling():
             return None
@@ -250,147 +197,10 @@ class ModuleAndOomHooks:
             # Called where the allocation failed: this thread's frames (a forward) or the autograd
             # node the engine runs (a backward, on the engine's device thread).
             node = self.torch._C._current_autograd_node()
-            self._record_oom_at_context(message, "allocator", frames=_callers_frames(), node=node)
+            self._record_oom_at_context(message, "allocator", frames=callers_frames(), node=node)
             self.allocator_oom_pending = True
         except Exception as exc:  # noqa: BLE001
             self.problem("CUDA OOM observer", exc)
-
-    def record_oom(self, exc: BaseException, source: str) -> None:
-        """Record an OOM exception once (it passes through several hooks on its way out)."""
-        if id(exc) in self.seen_exceptions:
-            return
-        self.seen_exceptions = (self.seen_exceptions + [id(exc)])[-16:]
-        if self.allocator_oom_pending:  # the allocator's observer told us already, at the same place
-            self.allocator_oom_pending = False
-            return
-        frames = _frames_of_traceback(exc.__traceback__)
-        self._record_oom_at_context(_one_line(exc), source, frames=frames, node=self._node_in(frames))
-
-    def note_oom(self, message: str) -> None:
-        """An OOM a caller caught where no hook saw it (an op between modules on CPU): record it at
-        the probe's current place, unless one is recorded in this step already."""
-        if any(o["step"] == self.step_index for o in self.ooms):
-            return
-        self._record_oom_at_context(message[:300], "caller")
-
-    def _record_oom_at_context(self, message: str, source: str, frames=(), node=None) -> None:
-        # Innermost first: a module running (an optimizer's closure runs the model inside its step),
-        # a backward, an optimizer step, else the module that ran last (an op between modules).
-        module, path, inside, via = None, None, False, "hooks"
-        if self.module_stack:
-            module, inside = self.module_stack[-1], True
-        if module is None:
-            module = self._innermost_module(frames)
-            inside, via = module is not None, "frames"
-        if module is None and self.backward_depth > 0:
-            if self.backward_module is not None:
-                module, inside, via = self.backward_module(), True, "hooks"
-            if module is None and node is not None:
-                path = self._nearest_parameter_owner(node)
-                inside, via = path is not None, "autograd node"
-        if module is None and path is None and self.depth > 0 and self.current_optimizer is not None:
-            where, path, inside = "optimizer", f"optimizer:{type(self.current_optimizer).__name__}", True
-        else:
-            module = module if module is not None or path is not None else self.last_module
-            where = "backward" if self.backward_depth > 0 else ("optimizer" if self.depth > 0 else "forward")
-            if path is None:
-                path = self.module_path(module) if module is not None else ""
-        record = {
-            "kind": "oom",
-            "step": self.step_index,
-            "module": path,
-            "where": where,
-            "inside": inside,
-            "via": via if path else "",
-            "message": message,
-            "source": source,
-        }
-        self.ooms.append(record)
-        self._write(record)
-
-    def _innermost_module(self, frames):
-        """The module of the innermost `Module._call_impl` frame (frames run outermost first), or None."""
-        code = getattr(self, "call_impl_code", None)
-        for frame in reversed(frames):
-            if frame.f_code is code:
-                module = frame.f_locals.get("self")
-                if module is not None:
-                    return module
-        return None
-
-    def _node_in(self, frames):
-        """The autograd node of the innermost Python autograd Function whose backward is in frames."""
-        node_type = getattr(self, "node_type", None)
-        for frame in reversed(frames):
-            ctx = frame.f_locals.get("ctx") if frame.f_code.co_name == "backward" else None
-            if node_type is not None and isinstance(ctx, node_type):
-                return ctx
-        return None
-
-    def _nearest_parameter_owner(self, node) -> str | None:
-        """The path of the module owning the parameter nearest below `node` in the autograd graph.
-
-        A backward node is reached from the loss after the modules that ran after it in forward, and
-        leads on to the parameters of the module it belongs to first (a Linear's AddmmBackward: its
-        bias one edge away). Parameters found at the same distance name their common parent."""
-        owners = self._parameter_owners()
-        frontier, seen = [node], {id(node)}
-        while frontier and len(seen) < 20000:
-            found, following = [], []
-            for current in frontier:
-                for function, _ in getattr(current, "next_functions", ()):
-                    if function is None or id(function) in seen:
-                        continue
-                    seen.add(id(function))
-                    variable = getattr(function, "variable", None)
-                    entry = owners.get(id(variable)) if variable is not None else None
-                    if entry is not None and entry[0]() is variable:
-                        found.append(entry[1])
-                    following.append(function)
-            if found:
-                common = os.path.commonprefix([f.split(".") for f in found])
-                return ".".join(common) if common else found[0]
-            frontier = following
-        return None
-
-    def _parameter_owners(self) -> dict[int, tuple]:
-        """id(parameter) -> (weak reference to it, its module's path), over the named and root modules."""
-        owners: dict[int, tuple] = {}
-        for module, path in list(self.names.items()):
-            for parameter in module._parameters.values():
-                if parameter is not None:
-                    owners.setdefault(id(parameter), (weakref.ref(parameter), path))
-        for root in list(getattr(self, "roots", ())):
-            prefix = self.module_path(root)
-            held = prefix != type(root).__name__  # a root no other module holds: its children's paths start at it
-            for name, module in root.named_modules():
-                path = (f"{prefix}.{name}" if held else name) if name else prefix
-                for parameter in module._parameters.values():
-                    if parameter is not None:
-                        owners.setdefault(id(parameter), (weakref.ref(parameter), path))
-        return owners
-
-
-def _frames_of_traceback(tb) -> list:
-    frames = []
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    return frames
-
-
-def _callers_frames() -> list:
-    """The live stack, outermost first, above the caller of this function's caller (the OOM observer's,
-    which CUDA's allocator calls): none on an autograd engine thread running a C++ node."""
-    try:
-        frame = sys._getframe(2)
-    except ValueError:
-        return []
-    frames = []
-    while frame is not None:
-        frames.append(frame)
-        frame = frame.f_back
-    return frames[::-1]
 
 
 def _backward_reached(probe, ref, grad):
@@ -398,27 +208,3 @@ def _backward_reached(probe, ref, grad):
     return None
 
 
-def _module_path(module) -> str:
-    """`encoder.lstm`: the module's attribute path from the outermost module holding it.
-
-    Looked up only when an OOM needs it (a walk over the live modules), so steps pay nothing
-    for names. A module no other module holds is named by its class."""
-    try:
-        import torch.nn as nn
-
-        parent: dict[int, tuple[object, str]] = {}
-        module_type = nn.Module
-        for obj in gc.get_objects():
-            # type(), not isinstance: a lazy or deprecated object's __class__ may warn or run code.
-            if issubclass(type(obj), module_type):
-                for name, child in obj._modules.items():
-                    if child is not None and id(child) not in parent:
-                        parent[id(child)] = (obj, name)
-        names, current, seen = [], module, set()
-        while id(current) in parent and id(current) not in seen:
-            seen.add(id(current))
-            current, name = parent[id(current)]
-            names.append(name)
-        return ".".join(reversed(names)) if names else type(module).__name__
-    except Exception:  # noqa: BLE001 - memory may be short right now: the class is a name too
-        return type(module).__name__

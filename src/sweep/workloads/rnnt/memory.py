@@ -22,7 +22,7 @@ import torch
 # Substrings of the messages allocators give when memory runs out: the probe's tuple, the one list (the
 # probe keeps it in a stdlib-only module, since it runs where sweep may not be importable). Anything else
 # is a bug and must surface, not be recorded as "too big" (Lightning's rule).
-from sweep.probe.boot._sweep_probe_modules import OOM_MESSAGES
+from sweep.probe.boot._sweep_probe_oom import OOM_MESSAGES
 
 GIB = 1024**3
 
