@@ -189,8 +189,10 @@ class Probe(ModuleAndOomHooks, MemorySampling):
     def _write(self, record: dict) -> None:
         if self.writer is None:
             return
-        record.setdefault("t", time.time())
-        record.setdefault("rank", self.rank())
+        if "t" not in record:
+            record["t"] = time.time()
+        if "rank" not in record:  # not setdefault: the rank is looked up (torch.distributed) only when missing
+            record["rank"] = self.rank()
         self.writer.write(record, self.file_rank)
 
     def problem(self, where: str, exc: BaseException) -> None:

@@ -93,8 +93,10 @@ class OomRecords:
         self._record_oom_at_context(message[:300], "caller")
 
     def _record_oom_at_context(self, message: str, source: str, frames=(), node=None) -> None:
-        # Innermost first: a module running (an optimizer's closure runs the model inside its step),
-        # a backward, an optimizer step, else the module that ran last (an op between modules).
+        # Innermost first: the module tracked live as running (an optimizer's closure runs the model inside
+        # its step); the innermost module in the failing call's frames; in backward, the module the gradient
+        # watch saw reached, else the owner of the parameter nearest the failing node; an optimizer step;
+        # else the module that finished last (an op between modules, while tracking live).
         module, path, inside, via = None, None, False, "hooks"
         if self.module_stack:
             module, inside = self.module_stack[-1], True
