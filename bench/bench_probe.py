@@ -11,7 +11,7 @@ optimizer step and records) on a model too small to hide anything, and sets the 
 measured there against the demo step's median. Each figure is given in wall time and in the CPU time of
 the step's thread (one intra-op thread): on a loaded host the latter is the one to read.
 
-    PYTHONPATH=src python bench/bench_probe.py [--rounds 16] [--steps 6] [--batch 32 --accum 4 --split 2]
+    PYTHONPATH=src python bench/bench_probe.py [--rounds 64] [--steps 6] [--batch 32 --accum 4 --split 2]
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def ratio_with_interval(times: dict[bool, np.ndarray], rng: np.random.Generator)
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=16, help="ABBA rounds: each has an armed and a disarmed block")
+    p.add_argument("--rounds", type=int, default=64, help="ABBA rounds: each has an armed and a disarmed block (16 leave a +-5%% interval on a shared host)")
     p.add_argument("--steps", type=int, default=6, help="optimizer steps per block (the first is left out)")
     p.add_argument("--batch", type=int, default=32, help="global batch (one process)")
     p.add_argument("--accum", type=int, default=4)
