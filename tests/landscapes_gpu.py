@@ -305,11 +305,40 @@ def _result(land: GpuLandscape, tr: _Trial, gbs: int, status: str, steps: list[f
     return res
 
 
-def one_device(land: GpuLandscape, policy: Policy, seed: int) -> Outcome:
+def one_device_phase(land: GpuLandscape, policy: Policy, seed: int) -> Phase:
+    """One device's sweep: every trial it ran, as it ended."""
     rng = random.Random(f"{land.name}/{seed}")
     strategy = make_strategy("staircase", land.valid(), capacity_gib=land.capacity_gib)
-    phase = run_phase(land, strategy, policy, rng, slots=1, ranks=1, gbs=128)
+    return run_phase(land, strategy, policy, rng, slots=1, ranks=1, gbs=128)
+
+
+def one_device(land: GpuLandscape, policy: Policy, seed: int) -> Outcome:
+    phase = one_device_phase(land, policy, seed)
     return Outcome(phase.gpu_s, phase.wall_s, pick_of(phase.results), len(phase.results))
+
+
+def spent_on(phase: Phase) -> dict[str, float]:
+    """Where one device's GPU-seconds went: start-up and warm-up, timed steps by why they ended, OOM trials."""
+    out: dict[str, float] = {}
+    for r in phase.results.values():
+        if r.status == OOM:
+            kind = "out-of-memory trials (start-up and the steps until the OOM)"
+        else:
+            timed = sum(r.step_times_s)
+            out["start-up and warm-up steps of ok trials"] = out.get("start-up and warm-up steps of ok trials", 0.0) + (r.wall_s or 0.0) - timed
+            why = r.stopped_early or ""
+            if "cannot beat" in why or "outranked" in why:
+                kind = "timed steps of pairs that could not win"
+            elif "no other pair" in why:
+                kind = "timed steps of the first pair (no rival yet)"
+            elif "ahead" in why:
+                kind = "timed steps of pairs stopped ahead (past the stress step)"
+            else:
+                kind = "timed steps to the trial's own end (a possible answer, not separated)"
+            out[kind] = out.get(kind, 0.0) + timed
+            continue
+        out[kind] = out.get(kind, 0.0) + (r.wall_s or 0.0)
+    return out
 
 
 def eight_gpu_host(land: GpuLandscape, policy: Policy, seed: int, devices: int = 8) -> Outcome:
