@@ -158,3 +158,23 @@ def test_on_cuda_a_warm_worker_keeps_its_process_after_an_oom_and_records_the_fr
     assert worker_state(trial)["trials"] == 2, worker_state(trial)  # freed and reset: clean, so the same process ran the next trial
     assert after.status == alone.status == Status.OK
     assert after.peak_mem_gib == pytest.approx(alone.peak_mem_gib, rel=0.02)
+
+
+def test_a_free_device_group_whose_worker_is_idle_is_given_the_next_trial(tmp_path: Path) -> None:
+    """With more device groups than trials in flight (8 GPUs, one trial at a time), the orchestrator
+    reuses the idle worker's group rather than rotating to a group that has none (a fresh start-up)."""
+    from types import SimpleNamespace
+
+    from sweep.launch.warm_pool import Worker
+
+    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cuda")
+    alive = SimpleNamespace(done=lambda: False, job_id="1", paths=None)
+    idle, busy = Worker(alive, tmp_path / "idle", (2,)), Worker(alive, tmp_path / "busy", (1,))
+    for worker, state in ((idle, "ready"), (busy, "running")):
+        worker.dir.mkdir()
+        worker.handed = 1
+        (worker.dir / "state.json").write_text(json.dumps({"state": state, "seq": 1}))
+    pool.workers = [busy, idle]
+    groups = [(0,), (1,), (2,), (3,)]
+    assert pool.warm_group(groups) == 2
+    assert pool.warm_group([(0,), (3,)]) == 0  # no idle worker on any of them: the first, as before

@@ -112,6 +112,11 @@ class WarmPool:
 
         return cluster == "local" and isinstance(spec.workload, RNNTWorkloadConfig) and int(spec.num_devices) == 1
 
+    def warm_group(self, groups: list[tuple[int, ...]]) -> int:
+        """Which of the free device groups to give the next trial: the first whose worker is idle, so a host
+        with more groups than trials in flight reuses its workers instead of starting one on every group."""
+        return next((i for i, g in enumerate(groups) if any(w.gpus == g and w.idle() for w in self.workers)), 0)
+
     def submit(self, spec: Any, gpus: tuple[int, ...] | None) -> WarmTrial:
         """Hand the trial to an idle worker of this device group, or to a new one; job.json is written
         first, so a restarted orchestrator finds the trial's worker whenever the worker may have it."""

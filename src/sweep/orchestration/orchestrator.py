@@ -249,11 +249,12 @@ class Orchestrator:
         spec = self.plan.spec(cand, tdir)
         forget_ended(tdir)  # an earlier job's end is no longer this trial's news
         self.racing.forget(cand.key)  # nor an earlier run's stop request
-        gpus = self.free_gpus.pop(0) if self.free_gpus else None
+        warm = self.pool is not None and self.pool.serves(spec, self.cluster)
+        gpus = self.free_gpus.pop(self.pool.warm_group(self.free_gpus) if warm else 0) if self.free_gpus else None
         if gpus is not None:
             # LocalExecutor's documented parameters: the job's CUDA_VISIBLE_DEVICES is this group.
             self.executor.update_parameters(visible_gpus=gpus, gpus_per_node=len(gpus))
-        if self.pool is not None and self.pool.serves(spec, self.cluster):
+        if warm:
             job, how = self.pool.submit(spec, gpus), "warm worker job"  # writes job.json before handing it over
         else:
             job, how = self.executor.submit(run_job, spec), "job"
