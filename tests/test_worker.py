@@ -178,3 +178,60 @@ def test_a_free_device_group_whose_worker_is_idle_is_given_the_next_trial(tmp_pa
     groups = [(0,), (1,), (2,), (3,)]
     assert pool.warm_group(groups) == 2
     assert pool.warm_group([(0,), (3,)]) == 0  # no idle worker on any of them: the first, as before
+
+
+def test_on_cuda_a_worker_stays_while_it_proves_a_clean_state_and_retires_on_a_leak_or_a_fatal_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CUDA path of serve_worker in this process, with torch's allocator counters played by the test
+    and the trial by a stand-in: a trial whose cache empty_cache gives back leaves the worker ready for the
+    next; one that leaves memory allocated retires it; so does one that raises. No GPU needed."""
+    import os
+    import threading
+    from types import SimpleNamespace
+
+    import psutil
+
+    import sweep.workloads.rnnt.runner as runner
+    from sweep.launch.warm_pool import Worker
+    from sweep.launch.worker import serve_worker
+
+    held = {"allocated": 0, "reserved": 0}
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: held["allocated"])
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: held["reserved"])
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: held.update(reserved=held["allocated"]))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: None)
+    ran: list[int] = []
+
+    def trial(s: TrialSpec, extra_startup_s: float = 0.0) -> None:
+        ran.append(s.accum)
+        held["reserved"] += 64 << 20  # what the trial's tensors left cached
+        if s.accum == 4:
+            held["allocated"] += 4096  # a tensor still referenced after the trial
+        if s.accum == 8:
+            raise RuntimeError("a bug in the trial")
+
+    monkeypatch.setattr(runner, "run_trial", trial)
+
+    def serve(accums: list[int]) -> dict:
+        where = tmp_path / f"worker{accums[-1]}"
+        where.mkdir()
+        worker = Worker(SimpleNamespace(done=lambda: False, job_id="1", paths=None), where, (0,))
+
+        def orchestrator() -> None:  # hands the next trial once the worker says it is ready for it
+            for accum in accums:
+                while not worker.idle():
+                    time.sleep(0.02)
+                worker.hand(spec(tmp_path, SMALL, accum, 1, 8, 1.0, device="cuda"))
+
+        threading.Thread(target=orchestrator, daemon=True).start()
+        held.update(allocated=0, reserved=0)
+        serve_worker(str(where), "cuda", os.getpid(), psutil.Process().create_time())  # returns when it retires
+        return worker.state()
+
+    leaked = serve([1, 2, 4])
+    assert ran == [1, 2, 4] and leaked["trials"] == 3 and leaked["state"] == "retiring"
+    assert leaked["why"].startswith("CUDA memory still held after freeing: 4096 B allocated"), leaked
+    ran.clear()
+    crashed = serve([1, 8])
+    assert ran == [1, 8] and crashed["state"] == "retiring" and crashed["why"] == "fatal error: RuntimeError"
