@@ -129,12 +129,6 @@ def _owner_alive(pid: int, started: float) -> bool:
         return False
 
 
-def _process_age_s() -> float:
-    from sweep.workloads.rnnt.runner import _process_age_s as age
-
-    return age() or 0.0
-
-
 def _run_forked(spec: Any, extra_startup_s: float) -> str | None:
     """Run one trial in a forked child (CPU); why it did not end cleanly, or None when it did."""
     from sweep.workloads.rnnt.runner import run_trial
@@ -223,7 +217,7 @@ def serve_worker(worker_dir: str, device: str, owner_pid: int, owner_started: fl
     """The warm worker's job: run the trials handed to `worker_dir` in turn until told to retire,
     until its state cannot be proved clean, or once the orchestrator that started it (owner) is gone."""
     from sweep.launch.job import leave_the_terminal
-    from sweep.workloads.rnnt.runner import run_trial  # noqa: F401 - the imports a warm worker pays once
+    from sweep.workloads.rnnt.runner import process_age_s  # and with it torch and the model: the imports paid once
 
     leave_the_terminal()
     where = Path(worker_dir)
@@ -253,7 +247,7 @@ def serve_worker(worker_dir: str, device: str, owner_pid: int, owner_started: fl
             why = _run_here(spec)
         else:
             # The worker's own start-up (interpreter, imports) belongs to its first trial, as in a fresh process.
-            why = _run_forked(spec, extra_startup_s=_process_age_s() if trials == 0 else 0.0)
+            why = _run_forked(spec, extra_startup_s=(process_age_s() or 0.0) if trials == 0 else 0.0)
         _backstop(None)
         done, trials = seq, trials + 1
         if why is None:

@@ -46,7 +46,7 @@ _startup_counted = False  # whether an earlier run_trial in this process already
 PROBE_SUBDIR = "probe"  # <trial_dir>/probe/: the probe's records, one file per rank
 
 
-def _process_age_s() -> float | None:
+def process_age_s() -> float | None:
     """Seconds since this process started, so wall_s includes interpreter and torch start-up."""
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
@@ -165,7 +165,7 @@ def run_trial(spec: TrialSpec, extra_startup_s: float = 0.0) -> TrialResult:
     global _startup_counted
     started_at, t_start = now_iso(), time.perf_counter()
     # A process's first trial owns its interpreter and torch start-up; a warm worker's later ones do not.
-    startup_s = extra_startup_s + (0.0 if _startup_counted else (_process_age_s() or 0.0))
+    startup_s = extra_startup_s + (0.0 if _startup_counted else (process_age_s() or 0.0))
     _startup_counted = True
     machine, trial = spec.machine, spec.trial
     accum, split = spec.accum, spec.split
