@@ -28,6 +28,18 @@ model, racing and decision rules):
   128, at most trial.measure_steps timed steps each, then the pairs inside the leader's noise as
   full 8-rank trials; the answer is the best full trial).
 
+Warm workers as built (launch/warm_pool.py): one-rank trials only, so on one device the first trial
+pays a recorded fresh start-up and later ones WARM_START_S; on the 8-GPU host each screening device
+keeps a worker, while every 8-rank confirmation is a fresh process per rank and pays a recorded
+start-up; a cancelled trial ends its worker. WARM_START_S (3 s) is the one cost the recordings
+cannot give: they time each trial's start-up only as a whole (an ok trial's wall minus its warm-up
+and timed steps; 13.8-15.1 s of wall for an OOM at step 0), and a warm worker still pays part of it
+(the model build, optimizer and data, a one-sample warm-up pass, the hand-off). What they do give
+is printed first: start-up by model, which does not grow from rnnt_base to rnnt_large (2.3 times
+the parameters), so the build is a small part of it; and the headline ratios are printed again
+with a warm start of 1 s and of 0 s, so a reader sees whether the assumption decides a target.
+Last, where the warm policy's GPU-seconds go on one device (tests/landscapes_gpu.spent_on).
+
 Figures: GPU-seconds to the answer (every device a trial holds, for its wall time) and wall time on
 one device; wall time on the 8-GPU host; how often the answer is the grid's (every pair measured to
 the cap; or a pair whose grid median lies inside the grid answer's interval). Assumptions that no
@@ -111,11 +123,51 @@ def per_recording(seeds: int) -> None:
               f"  {w0:>14.0f} -> {w1:<6.0f}({w1 / w0:.2f})")
 
 
+def startup_by_model() -> str:
+    """The recorded fresh start-ups, by model: what says how much of a start-up is the model build."""
+    by: dict[str, list[float]] = {}
+    for name in RECORDINGS:
+        by.setdefault("rnnt_large" if name.startswith("large") else "rnnt_base", []).extend(load(name).startups_s)
+    return ", ".join(f"{m} {statistics.mean(v):.1f} s over {len(v)} trials ({min(v):.1f}-{max(v):.1f})" for m, v in by.items())
+
+
+def warm_start_sensitivity(recorded: list, seeds: int) -> str:
+    """The headline ratios again with a cheaper warm start: whether the assumed 3 s decides the targets."""
+    before_1 = sum(sim.one_device(land, sim.OLD, s).gpu_s for land in recorded for s in range(seeds))
+    before_8 = sum(sim.eight_gpu_host(land, sim.OLD, s).wall_s for land in recorded for s in range(seeds))
+    assumed, out = sim.WARM_START_S, []
+    try:
+        for warm_start in (1.0, 0.0):
+            sim.WARM_START_S = warm_start
+            gpu = sum(sim.one_device(land, sim.WARM, s).gpu_s for land in recorded for s in range(seeds))
+            wall = sum(sim.eight_gpu_host(land, sim.NEW, s).wall_s for land in recorded for s in range(seeds))
+            out.append(f"{warm_start:g} s: gpu-seconds {gpu / before_1:.2f} of before, 8-GPU wall {wall / before_8:.2f}")
+    finally:
+        sim.WARM_START_S = assumed
+    return "; ".join(out)
+
+
+def where_it_goes(recorded: list, seeds: int) -> None:
+    """Per replayed sweep on one device, where the warm policy's GPU-seconds go: what is left to save."""
+    total: dict[str, float] = {}
+    for land in recorded:
+        for seed in range(seeds):
+            for kind, s in sim.spent_on(sim.one_device_phase(land, sim.WARM, seed)).items():
+                total[kind] = total.get(kind, 0.0) + s
+    n = len(recorded) * seeds
+    before = sum(sim.one_device(land, sim.OLD, s).gpu_s for land in recorded for s in range(seeds)) / n
+    print(f"where '{sim.WARM.name}' spends its GPU-seconds on one device, per replayed sweep "
+          f"({sum(total.values()) / n:.0f} in all; today {before:.0f}; 1/3 of today is {before / 3:.0f}):")
+    for kind, s in sorted(total.items(), key=lambda kv: -kv[1]):
+        print(f"  {s / n:6.0f}  {kind}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20, help="replays per landscape (default 20)")
     ap.add_argument("--random", type=int, default=30, help="random simulated landscapes (default 30)")
     args = ap.parse_args()
+    print(f"recorded fresh start-ups (wall before the first step): {startup_by_model()}")
     print(f"assumed, not recorded: a trial in a warm worker starts in {sim.WARM_START_S:g} s (model build, allocator reset); "
           f"an 8-rank step is {sim.DDP_OVERHEAD:.0%} slower than one rank's, with the same memory; the workload's stress step meets a "
           f"late OOM the recording met at that step or later (step {sim.STRESS_STEP}, timed step {sim.STRESS_STEP - sim.WARMUP_STEPS + 1}), "
@@ -124,6 +176,8 @@ def main() -> int:
     per_recording(min(args.seeds, 5))
     recorded = [load(name) for name in RECORDINGS]
     x, y, z0, z1 = show(f"recorded, {args.seeds} seeds each", measure(recorded, args.seeds))
+    print(f"with a warm start of {warm_start_sensitivity(recorded, args.seeds)}")
+    where_it_goes(recorded, args.seeds)
     print("\n== simulated landscapes (tests/landscapes.py, one rank's share; start-up in the recorded range) ==")
     rng = random.Random(0)
     simulated = [sim.Simulated(LANDSCAPES[n]) for n in ("typical", "split1_best", "stair_joint_oom", "pressure", "noisy")]

@@ -10,9 +10,22 @@ timed steps one at a time; after each timed step the policy's stop rules are ask
 other running trial's progress as it stands (as the orchestrator's poll sees it), and the real
 strategy (core/strategies.py, staircase with the memory model) fills each free slot.
 
+What the code does, as modelled: a warm worker (launch/warm_pool.py) serves one-rank trials only,
+so the first trial on each device pays a fresh start-up and later ones WARM_START_S; a trial of
+several ranks (an 8-GPU confirmation) is a fresh process per rank and pays a fresh start-up every
+time; a cancelled trial (screening's cancel of an outranked trial) ends its worker, so that
+device's next trial starts a fresh one. A trial that stops early (racing, the decision) or runs out
+of memory leaves its worker warm (CUDA: freed and reset, then checked clean).
+
 Assumed, not measured (stated in the bench's output):
-* WARM_START_S: a trial in a warm worker pays the model build and an allocator reset, not the
-  interpreter, imports and CUDA context (the recordings' 12-16 s start-up is mostly those);
+* WARM_START_S: what a trial in a warm worker still pays before its first step: the model build,
+  optimizer and synthetic data, the one-sample warm-up pass, re-arming the probe, the hand-off.
+  The recordings time only each trial's whole start-up (an ok trial's wall minus its steps:
+  11.8-16.3 s; an OOM at step 0: 13.8-15.1 s of wall), so its parts cannot be read from them.
+  What they do show: start-up does not grow with the model (rnnt_base, 84.7M parameters: 15.1 s
+  on average over 10 trials; rnnt_large, 195.6M: 13.9 s over 4), so the model build a worker
+  still pays is a small part of it; built on this host's CPU, rnnt_base took 0.9 s and
+  rnnt_large 1.2 s. 3 s is taken, and the bench prints what 1 s and 0 s would give;
 * DDP_OVERHEAD: an N-rank trial's step is this much slower than one rank's at the same per-device
   batch (the gradient all-reduce), and its memory is the same (DDP's buckets are ignored).
 """
@@ -197,7 +210,8 @@ def run_phase(
             if not free_slots:
                 break
             slot = free_slots.pop(0)
-            start = WARM_START_S if policy.warm and slot in warm_slots else land.startup_s(rng)
+            # A worker serves one-rank trials only (launch/warm_pool.py): a trial of several ranks is a fresh process per rank.
+            start = WARM_START_S if policy.warm and ranks == 1 and slot in warm_slots else land.startup_s(rng)
             warm_slots.add(slot)
             status, _, oom_step = land.outcome(c)
             stress_timed = policy.stress_step - WARMUP_STEPS  # the stress step's 0-based timed index
@@ -249,7 +263,10 @@ def run_phase(
             res.wall_s = now - t.started
             gpu_s += res.wall_s * t.ranks
             finished[k] = res
-            free_slots.append(slot_of.pop(k))
+            slot = slot_of.pop(k)
+            if res.status == CANCELLED:
+                warm_slots.discard(slot)  # cancelling a trial ends its worker: the slot's next trial starts a fresh one
+            free_slots.append(slot)
 
 
 def _stop(
@@ -288,11 +305,40 @@ def _result(land: GpuLandscape, tr: _Trial, gbs: int, status: str, steps: list[f
     return res
 
 
-def one_device(land: GpuLandscape, policy: Policy, seed: int) -> Outcome:
+def one_device_phase(land: GpuLandscape, policy: Policy, seed: int) -> Phase:
+    """One device's sweep: every trial it ran, as it ended."""
     rng = random.Random(f"{land.name}/{seed}")
     strategy = make_strategy("staircase", land.valid(), capacity_gib=land.capacity_gib)
-    phase = run_phase(land, strategy, policy, rng, slots=1, ranks=1, gbs=128)
+    return run_phase(land, strategy, policy, rng, slots=1, ranks=1, gbs=128)
+
+
+def one_device(land: GpuLandscape, policy: Policy, seed: int) -> Outcome:
+    phase = one_device_phase(land, policy, seed)
     return Outcome(phase.gpu_s, phase.wall_s, pick_of(phase.results), len(phase.results))
+
+
+def spent_on(phase: Phase) -> dict[str, float]:
+    """Where one device's GPU-seconds went: start-up and warm-up, timed steps by why they ended, OOM trials."""
+    out: dict[str, float] = {}
+    for r in phase.results.values():
+        if r.status == OOM:
+            kind = "out-of-memory trials (start-up and the steps until the OOM)"
+        else:
+            timed = sum(r.step_times_s)
+            out["start-up and warm-up steps of ok trials"] = out.get("start-up and warm-up steps of ok trials", 0.0) + (r.wall_s or 0.0) - timed
+            why = r.stopped_early or ""
+            if "cannot beat" in why or "outranked" in why:
+                kind = "timed steps of pairs that could not win"
+            elif "no other pair" in why:
+                kind = "timed steps of the first pair (no rival yet)"
+            elif "ahead" in why:
+                kind = "timed steps of pairs stopped ahead (past the stress step)"
+            else:
+                kind = "timed steps to the trial's own end (a possible answer, not separated)"
+            out[kind] = out.get(kind, 0.0) + timed
+            continue
+        out[kind] = out.get(kind, 0.0) + (r.wall_s or 0.0)
+    return out
 
 
 def eight_gpu_host(land: GpuLandscape, policy: Policy, seed: int, devices: int = 8) -> Outcome:

@@ -59,3 +59,23 @@ def test_the_bench_ends_with_its_line() -> None:
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("gpu-seconds to the answer: ") and "; 8-GPU wall: " in last and "; same answer: " in last, proc.stdout + proc.stderr
     assert proc.returncode in (0, 1)  # 1: a target missed, which the bench says
+
+
+def test_the_simulated_warm_workers_do_what_the_code_does() -> None:
+    """launch/warm_pool.py serves one-rank trials only: on one device a trial after the first starts in
+    WARM_START_S; a trial of 8 ranks is a fresh process per rank and pays a recorded start-up every time."""
+    import random
+
+    from sweep.core.strategies import make_strategy
+
+    land = load("base80")
+    least = min(land.startups_s)
+    for ranks in (1, 8):
+        strategy = make_strategy("staircase", land.valid(), capacity_gib=land.capacity_gib)
+        phase = sim.run_phase(land, strategy, sim.WARM, random.Random(0), slots=1, ranks=ranks, gbs=128 * ranks)
+        oom_walls = [r.wall_s for r in phase.results.values() if r.status == "oom"]
+        assert len(phase.results) > 2 and oom_walls
+        if ranks == 1:  # base80's staircase meets its OOMs after its first trial: each costs a warm start and a step
+            assert max(oom_walls) < least
+        else:
+            assert min(oom_walls) >= least

@@ -88,3 +88,7 @@ def test_the_cpu_demo_runs_out_of_memory_where_the_readme_says(tmp_path):
     assert outcome == {(2, 1): ("oom", "encoder"), (2, 2): ("oom", "encoder"), (4, 1): ("oom", "joint"),
                        (4, 2): ("ok", ""), (8, 1): ("ok", ""), (8, 2): ("ok", "")}
     assert rows[(4, 2)]["tight"] == "False" and float(rows[(4, 2)]["headroom"]) > 0.1
+    # Through a warm worker (the default): one worker ran all six, each in a process forked for it after
+    # its imports, and stayed clean throughout, out-of-memory trials included.
+    [worker] = [json.loads(p.read_text()) for p in (sweep_dir / ".workers").glob("*/state.json")]
+    assert worker["trials"] == 6 and worker["why"] == "asked to retire", worker

@@ -113,6 +113,7 @@ Main options (KEY=VALUE; a sweep value is a,b,c):
   workload.argv=[...]       with workload=command: your training command, {{accum}} {{split}} ... filled in
   trial.time_limit_s=S      stop a trial after S seconds (recorded as timeout)
   max_in_flight=N           trials running at once
+  warm_workers=false        a fresh process per built-in trial (default: a warm worker per device group)
   hydra/launcher=submitit_slurm   run the trials as Slurm jobs (hydra.launcher.partition=...)
   hydra.sweep.dir=DIR       where results go (default: outputs/<date_time>, outputs/latest links it)
   resume=DIR                rerun DIR's sweep there, reusing finished trials

@@ -29,7 +29,7 @@ class TrialJob(Checkpointable):
     def __call__(self, spec: TrialSpec) -> TrialResult:
         from sweep import workloads
 
-        _leave_the_terminal()
+        leave_the_terminal()
         _threads_from_slurm()
         try:
             return workloads.get(spec.workload.name).run(spec)
@@ -54,7 +54,7 @@ class TrialJob(Checkpointable):
 run_job = TrialJob()
 
 
-def _leave_the_terminal() -> None:
+def leave_the_terminal() -> None:
     """A local job's task leaves the terminal's session, then takes SIGINT again.
 
     SweepLocalExecutor starts controllers with SIGINT blocked, so a Ctrl-C on the terminal

@@ -1,160 +1,260 @@
-"""Warm workers: one process per device group runs built-in trials in turn.
+"""Warm workers, the worker's side: one process per device group runs built-in trials in turn.
 
 Start-up is most of a short GPU trial: on an H100 an OOM at step 0 cost 14-15 s of wall, nearly
-all of it interpreter start, imports, the CUDA context and the model build. A warm worker pays
-the interpreter, imports and context once and runs each built-in trial's `run_trial` in turn
-(which already counts start-up only for the first trial of a process).
+all of it interpreter start, imports, the CUDA context and the model build. A warm worker is a
+submitit job (sweep.launch.warm_pool starts it) that pays the interpreter and imports once, and
+on CUDA the context too, then runs each trial the orchestrator hands it:
 
-Between trials the worker frees the allocator (garbage, then torch.cuda.empty_cache or glibc's
-malloc_trim) and resets the peak statistics, then must prove a clean state, or hand the rest of
-its trials back for a fresh worker:
+* CUDA: in its own process (`run_trial`, which counts start-up only for a process's first trial).
+  Afterwards it frees the allocator (garbage, torch.cuda.empty_cache, cuBLAS workspaces) and resets
+  the peak statistics, and it stays only if it can prove a clean state: nothing allocated or
+  reserved beyond what it held before its first trial.
+* CPU: in a child forked for the trial. What a CPU trial records as its reserved peak is the
+  address-space peak (VmPeak), which no call resets, so a process that ran one trial could only
+  ever record the larger of two trials' peaks; a forked child starts with the worker's VmPeak, the
+  size of a process that imported torch and ran nothing, as a fresh trial process has it. The
+  worker itself never runs a trial, and proves it by its VmPeak, unchanged since it started.
 
-* CUDA: nothing allocated or reserved beyond what the worker held before its first trial;
-* CPU: the emulated budget caps the address space, and what a trial records as its reserved peak
-  is the address-space peak (VmPeak), which cannot be reset; so a CPU worker is clean only while
-  no trial has raised VmPeak above the worker's own before its first trial. In practice every
-  built-in trial does, so on CPU a worker runs one trial and hands the rest back: the same
-  records as fresh processes, and no start-up saved;
-* after a fatal error (run_trial raised: neither a measurement nor a recorded OOM): never.
+After a fatal error (a trial that raised rather than recorded ok or oom, or a child that did not
+exit cleanly) the worker always retires, and the orchestrator starts a fresh one. Command trials
+keep their own processes: their memory is the user's program's.
 
-Command trials keep their own processes: their memory is the user's program's.
-
-    python -m sweep.launch.worker SPECS.pkl REPORT.pkl   # what run_warm starts for each worker
+The worker's directory is its handshake with the orchestrator, one writer per file:
+  task.pkl    the orchestrator's: {"seq": n, "spec": TrialSpec}, the n-th trial handed to it
+  retire      the orchestrator's: exit when idle
+  state.json  the worker's: {"state": ready|running|retiring|retired, "seq": the last trial taken, ...}
+Each trial still writes its own result.json, as in a fresh process.
 """
 
 from __future__ import annotations
 
 import gc
+import json
+import math
 import os
 import pickle
-import subprocess
+import signal
 import sys
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-WORKER_MODULE = "sweep.launch.worker"
-
-
-@dataclass
-class WorkerRun:
-    """What one worker process did: its trials' records and what it handed back."""
-
-    pid: int
-    results: list[Any] = field(default_factory=list)  # TrialResult, in the order run
-    handed_back: list[Any] = field(default_factory=list)  # TrialSpec: for a fresh worker
-    why: str = ""  # why it handed them back; empty when it ran them all
+TASK_FILE = "task.pkl"
+RETIRE_FILE = "retire"
+STATE_FILE = "state.json"
+READY, RUNNING, RETIRING, RETIRED = "ready", "running", "retiring", "retired"
+POLL_S = 0.05  # how often an idle worker looks for its next trial
+OWNER_CHECK_S = 1.0  # how often it checks that the orchestrator that started it is still there
+CHILD_GRACE_S = 3.0  # a forked trial's time to end on SIGINT before it is killed
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+BACKSTOP_S = 60.0  # past a trial's time limit, what a fresh trial's submitit limit allowed (its minute of rounding)
 
 
 @dataclass(frozen=True)
-class _Baseline:
+class Baseline:
+    """What the worker held before its first trial: what a clean state is measured against."""
+
     device: str
-    allocated: int = 0  # CUDA bytes allocated before the first trial
-    reserved: int = 0  # CUDA bytes reserved before the first trial
-    address_peak: int = 0  # CPU: VmPeak before the first trial
+    allocated: int = 0  # CUDA bytes allocated
+    reserved: int = 0  # CUDA bytes reserved
+    address_peak: int = 0  # CPU: this process's VmPeak
 
 
-def _device_of(spec: Any) -> str:
-    return str(spec.machine.device)
+def baseline(device: str) -> Baseline:
+    if device == "cuda":
+        import torch
+
+        return Baseline(device, torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+    from sweep.workloads.rnnt.memory import address_space_peak_bytes
+
+    return Baseline(device, address_peak=address_space_peak_bytes())
 
 
-def _free_and_reset(device: str) -> None:
+def free_and_reset(device: str) -> None:
+    """Give back what the last trial left in the allocator and start the peak statistics afresh."""
+    gc.collect()
+    if device != "cuda":
+        return  # the trial ran in a child that has exited: nothing of it is left here
     import torch
 
-    from sweep.workloads.rnnt.memory import free_device_memory, reset_resident_peak
+    from sweep.workloads.rnnt.memory import free_device_memory
 
-    gc.collect()
-    if device == "cuda":
-        free_device_memory(torch.device("cuda"))
-        torch.cuda.reset_peak_memory_stats()
-    else:
-        free_device_memory(torch.device("cpu"))
-        reset_resident_peak()
-
-
-def _baseline(device: str) -> _Baseline:
-    if device == "cuda":
-        import torch
-
-        return _Baseline(device, torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
-    from sweep.workloads.rnnt.memory import address_space_peak_bytes
-
-    return _Baseline(device, address_peak=address_space_peak_bytes())
+    # cuBLAS keeps a workspace per handle in the caching allocator; a fresh process has none until its
+    # first matmul, so a worker that kept them would start each later trial with memory a fresh one lacks.
+    clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear_workspaces is not None:
+        clear_workspaces()
+    free_device_memory(torch.device("cuda"))
+    torch.cuda.reset_peak_memory_stats()
 
 
-def dirty_reason(before: _Baseline) -> str | None:
+def dirty_reason(before: Baseline) -> str | None:
     """Why this process cannot prove it is as clean as before its first trial, or None when it is."""
+    now = baseline(before.device)
     if before.device == "cuda":
-        import torch
-
-        allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
-        if allocated > before.allocated or reserved > before.reserved:
-            return f"CUDA memory still held after freeing: {allocated} B allocated, {reserved} B reserved (before: {before.allocated}, {before.reserved})"
+        if now.allocated > before.allocated or now.reserved > before.reserved:
+            return (f"CUDA memory still held after freeing: {now.allocated} B allocated, {now.reserved} B reserved "
+                    f"(before its first trial: {before.allocated}, {before.reserved})")
         return None
-    from sweep.workloads.rnnt.memory import address_space_peak_bytes
-
-    peak = address_space_peak_bytes()
-    if peak > before.address_peak:
-        return (f"the address-space peak (VmPeak, what a CPU trial's reserved peak counts) rose from {before.address_peak} B to {peak} B "
-                f"and cannot be reset")
+    if now.address_peak > before.address_peak:
+        return (f"its address-space peak (VmPeak, what a CPU trial's reserved peak counts) rose from {before.address_peak} B "
+                f"to {now.address_peak} B and cannot be reset")
     return None
 
 
-def serve(specs: list[Any]) -> WorkerRun:
-    """Run the built-in trials `specs` in turn in this process, as long as it can prove a clean state."""
-    from sweep.workloads.rnnt.config import RNNTWorkloadConfig
+def _write_state(worker_dir: Path, state: str, seq: int, **extra: Any) -> None:
+    from sweep.core.schema import atomic_write_text
+
+    record = {"state": state, "seq": seq, "pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES"), **extra}
+    atomic_write_text(worker_dir / STATE_FILE, json.dumps(record) + "\n")
+
+
+def _next_task(worker_dir: Path, after: int) -> tuple[int, Any] | None:
+    """(seq, spec) of a trial handed after trial `after`, or None while there is none."""
+    try:
+        task = pickle.loads((worker_dir / TASK_FILE).read_bytes())
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return None  # none yet (the orchestrator replaces the file atomically, so never half of one)
+    return (int(task["seq"]), task["spec"]) if int(task["seq"]) > after else None
+
+
+def _owner_alive(pid: int, started: float) -> bool:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - started) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _run_forked(spec: Any, extra_startup_s: float) -> str | None:
+    """Run one trial in a forked child (CPU); why it did not end cleanly, or None when it did."""
     from sweep.workloads.rnnt.runner import run_trial
 
-    foreign = [s for s in specs if not isinstance(s.workload, RNNTWorkloadConfig)]
-    if foreign:
-        raise ValueError(f"a warm worker runs built-in trials only; {len(foreign)} command trial(s) keep their own processes")
-    run = WorkerRun(os.getpid())
-    if not specs:
-        return run
-    before = _baseline(_device_of(specs[0]))
-    for i, spec in enumerate(specs):
-        if i:
-            _free_and_reset(before.device)
-            why = dirty_reason(before)
-            if why:
-                run.handed_back, run.why = list(specs[i:]), why
-                return run
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the child: the trial, then out, without the parent's submitit job ending behind it
+        code = 1
         try:
-            run.results.append(run_trial(spec))
-        except Exception as exc:  # noqa: BLE001 - its record is written (failed); this process is not to be trusted
-            run.handed_back, run.why = list(specs[i + 1 :]), f"fatal error in accum={spec.accum} split={spec.split}: {type(exc).__name__}"
-            return run
-    return run
+            _die_with(parent)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            run_trial(spec, extra_startup_s=extra_startup_s)
+            code = 0
+        except BaseException:  # noqa: BLE001 - its record is written (failed) where it could be; the parent hears the code
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except KeyboardInterrupt:  # the orchestrator stopped this worker (cancel, timeout): the trial first
+        _end_child(pid)
+        raise
+    if os.WIFSIGNALED(status):
+        return f"its trial process was killed by signal {os.WTERMSIG(status)}"
+    code = os.WEXITSTATUS(status)
+    return f"its trial process exited with status {code}" if code else None
 
 
-def run_warm(specs: list[Any], timeout_s: float = 600.0) -> list[WorkerRun]:
-    """Run `specs` in warm worker processes, one after another, a fresh one whenever a worker hands trials back."""
-    import tempfile
+def _die_with(parent: int) -> None:
+    """A forked trial ends when its worker does (Linux PR_SET_PDEATHSIG): killed, the worker must not leave
+    a trial behind that writes its record after the orchestrator recorded it as ended."""
+    import ctypes
 
-    runs: list[WorkerRun] = []
-    left = list(specs)
-    with tempfile.TemporaryDirectory(prefix="sweep-worker-") as tmp:
-        while left:
-            inbox, report = Path(tmp) / f"specs{len(runs)}.pkl", Path(tmp) / f"report{len(runs)}.pkl"
-            inbox.write_bytes(pickle.dumps(left))
-            subprocess.run([sys.executable, "-m", WORKER_MODULE, str(inbox), str(report)], check=True, timeout=timeout_s)
-            run = pickle.loads(report.read_bytes())
-            runs.append(run)
-            if len(run.handed_back) >= len(left):  # nothing ran: do not loop
-                raise RuntimeError(f"a fresh warm worker ran none of {len(left)} trial(s): {run.why}")
-            left = run.handed_back
-    return runs
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the worker died before the request took effect
+        os._exit(1)
 
 
-def main(argv: list[str]) -> int:
-    specs = pickle.loads(Path(argv[0]).read_bytes())
-    run = serve(specs)
-    Path(argv[1]).write_bytes(pickle.dumps(run))
-    return 0
+def _end_child(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + CHILD_GRACE_S
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
 
 
-if __name__ == "__main__":
-    # Through the module's own name, so the pickled report names sweep.launch.worker.WorkerRun, not __main__'s.
-    from sweep.launch.worker import main as _main
+def _run_here(spec: Any) -> str | None:
+    """Run one trial in this process (CUDA); why it did not end cleanly, or None when it did."""
+    from sweep.workloads.rnnt.runner import run_trial
 
-    sys.exit(_main(sys.argv[1:]))
+    try:
+        run_trial(spec)
+    except Exception as exc:  # noqa: BLE001 - its record is written (failed); this process is not to be trusted
+        return f"fatal error: {type(exc).__name__}"
+    return None
+
+
+def _backstop(limit_s: float | None) -> None:
+    """End a trial that runs past its time limit plus BACKSTOP_S, as a fresh trial's submitit time limit would:
+    the orchestrator stops it at its limit, so this acts only where no orchestrator follows it. An alarm, not
+    a watchdog thread: a thread's stack and malloc arena would stay in the address space every forked trial
+    inherits, which a fresh trial process does not have."""
+    signal.alarm(0 if limit_s is None else math.ceil(limit_s + BACKSTOP_S))
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"past its time limit and {BACKSTOP_S:g} s more (signal {signum})")
+
+
+def serve_worker(worker_dir: str, device: str, owner_pid: int, owner_started: float) -> None:
+    """The warm worker's job: run the trials handed to `worker_dir` in turn until told to retire,
+    until its state cannot be proved clean, or once the orchestrator that started it (owner) is gone."""
+    from sweep.launch.job import leave_the_terminal
+    from sweep.workloads.rnnt.runner import process_age_s  # and with it torch and the model: the imports paid once
+
+    leave_the_terminal()
+    where = Path(worker_dir)
+    signal.signal(signal.SIGALRM, _interrupt)
+    before = baseline(device)
+    done, trials = 0, 0
+    _write_state(where, READY, done, trials=trials)
+    owner_checked = time.monotonic()
+    while True:
+        task = _next_task(where, done)
+        if task is None:
+            if (where / RETIRE_FILE).exists():
+                _write_state(where, RETIRED, done, trials=trials, why="asked to retire")
+                return
+            if time.monotonic() - owner_checked > OWNER_CHECK_S:
+                if not _owner_alive(owner_pid, owner_started):
+                    _write_state(where, RETIRED, done, trials=trials, why="its orchestrator has ended")
+                    return
+                owner_checked = time.monotonic()
+            time.sleep(POLL_S)
+            continue
+        seq, spec = task
+        _write_state(where, RUNNING, seq, trials=trials, trial_dir=spec.trial_dir)
+        print(f"sweep worker {os.getpid()}: trial {trials + 1}, accum={spec.accum} split={spec.split}", flush=True)
+        _backstop(float(spec.trial.time_limit_s))
+        if device == "cuda":
+            why = _run_here(spec)
+        else:
+            # The worker's own start-up (interpreter, imports) belongs to its first trial, as in a fresh process.
+            why = _run_forked(spec, extra_startup_s=(process_age_s() or 0.0) if trials == 0 else 0.0)
+        _backstop(None)
+        done, trials = seq, trials + 1
+        if why is None:
+            free_and_reset(device)
+            why = dirty_reason(before)
+        if why:
+            print(f"sweep worker {os.getpid()}: retiring after accum={spec.accum} split={spec.split}: {why}", flush=True)
+            _write_state(where, RETIRING, done, trials=trials, why=why)
+            return
+        _write_state(where, READY, done, trials=trials)

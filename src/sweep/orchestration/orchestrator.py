@@ -122,6 +122,7 @@ class Orchestrator:
         self.drift: Any = None  # core/drift.Drift once the end-of-sweep re-timing has run
         self.reused = 0  # finished trials found on start: all of them, and nothing new ran, on a rescoring resume
         self.executor: Any = None
+        self.pool: Any = None  # launch/warm_pool.WarmPool where plan.warm_workers and the launcher is local
         self.cluster = backends.cluster_of(plan.launcher)
         self.workload = workloads.get(plan.meta.workload)
         self._shown_live: dict[str, float] = {}
@@ -164,6 +165,7 @@ class Orchestrator:
                 f"python -m sweep {shlex.quote(f'resume={sweep_dir}')}"
             ) from None
         finally:
+            self._retire_workers()
             lock.release()
 
     def _run_locked(self) -> int:
@@ -173,6 +175,8 @@ class Orchestrator:
                 with self.display:
                     self._publish()
                     self._loop()
+                    # Before the drift check: its re-timings are fresh processes on the same devices.
+                    self._retire_workers()
             except Interrupted:
                 return self._interrupted()
             except BrokenPipeError:
@@ -188,6 +192,10 @@ class Orchestrator:
         plan = self.plan
         self._load_finished()
         self.executor = backends.make_executor(plan.launcher, plan.time_limit_s)
+        if plan.warm_workers and self.cluster == "local":
+            from sweep.launch.warm_pool import WarmPool
+
+            self.pool = WarmPool(plan.launcher, plan.sweep_dir, plan.machine.device)
         if self.cluster == "local" and plan.machine.device == "cuda":
             self.free_gpus = backends.gpu_groups(local_cuda_devices(), plan.meta.num_devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
         self._reattach()
@@ -241,14 +249,23 @@ class Orchestrator:
         spec = self.plan.spec(cand, tdir)
         forget_ended(tdir)  # an earlier job's end is no longer this trial's news
         self.racing.forget(cand.key)  # nor an earlier run's stop request
-        gpus = self.free_gpus.pop(0) if self.free_gpus else None
+        warm = self.pool is not None and self.pool.serves(spec, self.cluster)
+        gpus = self.free_gpus.pop(self.pool.warm_group(self.free_gpus) if warm else 0) if self.free_gpus else None
         if gpus is not None:
             # LocalExecutor's documented parameters: the job's CUDA_VISIBLE_DEVICES is this group.
             self.executor.update_parameters(visible_gpus=gpus, gpus_per_node=len(gpus))
-        job = self.executor.submit(run_job, spec)
-        backends.remember_job(tdir, job, self.cluster)
+        if warm:
+            job, how = self.pool.submit(spec, gpus), "warm worker job"  # writes job.json before handing it over
+        else:
+            job, how = self.executor.submit(run_job, spec), "job"
+            backends.remember_job(tdir, job, self.cluster)
         self.in_flight[cand.key] = InFlight(cand, job, spec, time.monotonic(), gpus=gpus)
-        self.display.log(f"started accum={cand.accum} split={cand.split} (job {job.job_id}, log {backends.job_log(job)})")
+        self.display.log(f"started accum={cand.accum} split={cand.split} ({how} {job.job_id}, log {backends.job_log(job)})")
+
+    def _retire_workers(self) -> None:
+        """Warm workers exit once idle; a busy one (its trial left running on purpose) after its trial."""
+        if self.pool is not None:
+            self.pool.close()
 
     def _collect(self) -> int:
         landed = 0

@@ -48,6 +48,7 @@ class SweepPlan:
     dry_run: bool = False
     live: bool | None = None
     keep_jobs_on_interrupt: bool = False
+    warm_workers: bool = True  # warm_workers: built-in one-device local trials run in warm workers (launch/warm_pool.py)
     trust_memory_model: bool = True  # search.trust_memory_model: skip pairs the memory model predicts to OOM
     racing: bool = True  # search.racing: stop running trials that cannot beat the leader
     drift_check: bool = True  # search.drift_check: re-time the leader and runner-up at the end (orchestration/retime.py)
@@ -227,6 +228,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         dry_run=bool(cfg.dry_run),
         live=cfg.live,
         keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
+        warm_workers=bool(cfg.get("warm_workers", True)),
         trust_memory_model=trust_memory_model,
         racing=bool(cfg.search.get("racing", True)),
         drift_check=bool(cfg.search.get("drift_check", True)),

@@ -46,7 +46,7 @@ _startup_counted = False  # whether an earlier run_trial in this process already
 PROBE_SUBDIR = "probe"  # <trial_dir>/probe/: the probe's records, one file per rank
 
 
-def _process_age_s() -> float | None:
+def process_age_s() -> float | None:
     """Seconds since this process started, so wall_s includes interpreter and torch start-up."""
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
@@ -157,12 +157,15 @@ def _agree(enough: bool, stop: str, device: torch.device) -> tuple[bool, str]:
     return bool(flags[0].item()), (stop or "stopped by the orchestrator") if int(flags[1].item()) else ""
 
 
-def run_trial(spec: TrialSpec) -> TrialResult:
-    """Run one (accum, split) trial as `spec` says; rank 0 writes the result record and returns it."""
+def run_trial(spec: TrialSpec, extra_startup_s: float = 0.0) -> TrialResult:
+    """Run one (accum, split) trial as `spec` says; rank 0 writes the result record and returns it.
+
+    extra_startup_s: start-up this trial owes that another process paid (a warm worker's interpreter
+    and imports, for the first trial it forks)."""
     global _startup_counted
     started_at, t_start = now_iso(), time.perf_counter()
-    # A job process runs one trial: its interpreter and torch start-up belong to it.
-    startup_s = 0.0 if _startup_counted else (_process_age_s() or 0.0)
+    # A process's first trial owns its interpreter and torch start-up; a warm worker's later ones do not.
+    startup_s = extra_startup_s + (0.0 if _startup_counted else (process_age_s() or 0.0))
     _startup_counted = True
     machine, trial = spec.machine, spec.trial
     accum, split = spec.accum, spec.split

@@ -1,0 +1,124 @@
+"""Warm workers through the orchestrator, end to end: `python -m sweep` hands built-in trials to a worker
+per device group (launch/warm_pool.py); a worker killed mid-trial leaves that trial failed and the next
+trial a fresh worker; a trial over its time limit still ends as timeout; a sweep killed mid-trial and
+resumed adopts the trial its worker finished; on GPUs (torch made to report 4) each device group gets
+workers of its own."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sweep_run import TINY, run_sweep
+from test_gpu_groups import pretend_four_gpus, run_in_process
+
+pytestmark = pytest.mark.e2e
+
+
+def rows(sweep_dir: Path) -> dict[tuple[int, int], dict]:
+    return {(int(r["accum"]), int(r["split"])): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+
+
+def states(sweep_dir: Path) -> list[dict]:
+    return [{**json.loads(p.read_text()), "dir": p.parent.name} for p in sorted((sweep_dir / ".workers").glob("*/state.json"))]
+
+
+def start_sweep(args: list[str], cwd: Path) -> subprocess.Popen:
+    """`python -m sweep` in the background, its output in cwd/out.txt: not a pipe, which its jobs would
+    hold open after it is killed."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with (cwd / "out.txt").open("w") as out:
+        return subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+
+
+def wait_for(what, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"not seen in {timeout_s} s")
+
+
+def running_worker(sweep_dir: Path) -> dict | None:
+    """A worker's state once its trial has timed a step (mid-trial)."""
+    for state in states(sweep_dir):
+        if state["state"] == "running" and (Path(state["trial_dir"]) / "progress.json").exists():
+            return state
+    return None
+
+
+def test_a_killed_worker_fails_its_trial_and_the_sweep_goes_on_in_a_fresh_one(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "s"
+    proc = start_sweep([f"hydra.sweep.dir={sweep_dir}", *TINY, "search=grid", "accum=1,2", "split=1",
+                        "trial.measure_steps=60", "trial.max_measure_steps=60", "search.racing=false"], tmp_path)
+    victim = wait_for(lambda: running_worker(sweep_dir))
+    os.kill(victim["pid"], signal.SIGKILL)
+    assert proc.wait(timeout=300) == 0, (tmp_path / "out.txt").read_text()
+    table = rows(sweep_dir)
+    killed = next(r for r in table.values() if Path(victim["trial_dir"]).name == f"accum{r['accum']}_split{r['split']}")
+    assert killed["status"] == "failed" and killed["log"] in killed["reason"], killed
+    others = [r for r in table.values() if r is not killed]
+    assert [r["status"] for r in others] == ["ok"]
+    assert len({s["pid"] for s in states(sweep_dir)}) == 2  # the killed worker and its replacement
+
+
+def test_a_trial_over_its_time_limit_ends_as_timeout_and_its_worker_with_it(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "s"
+    proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *TINY, "search=grid", "accum=1", "split=1", "trial.time_limit_s=8",
+                      "trial.measure_steps=5000", "trial.max_measure_steps=5000", "search.drift_check=false"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # no trial ran ok
+    row = rows(sweep_dir)[(1, 1)]
+    assert row["status"] == "timeout" and "trial.time_limit_s=8" in row["reason"], row
+    assert "warm worker job" in proc.stdout
+    [worker] = states(sweep_dir)
+    import psutil
+
+    assert not psutil.pid_exists(worker["pid"]) or psutil.Process(worker["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_sweep_killed_mid_trial_resumes_and_adopts_what_its_worker_finished(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "s"
+    args = [f"hydra.sweep.dir={sweep_dir}", *TINY, "search=grid", "accum=1", "split=1,2", "trial.measure_steps=2500",
+            "trial.max_measure_steps=2500", "search.drift_check=false", "search.racing=false"]
+    proc = start_sweep(args, tmp_path)
+    worker = wait_for(lambda: running_worker(sweep_dir))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    resumed = run_sweep([f"resume={sweep_dir}"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    job = json.loads((Path(worker["trial_dir"]) / "job.json").read_text())["job_id"]
+    assert f"re-attached to running job {job}" in resumed.stdout
+    record = json.loads((Path(worker["trial_dir"]) / "result.json").read_text())
+    assert record["status"] == "ok" and record["job_id"] == job  # the worker's own record of the trial it had
+    assert {r["status"] for r in rows(sweep_dir).values()} == {"ok"}
+    # With its orchestrator gone, the old worker took no other trial: it retired once its trial ended.
+    old = next(s for s in states(sweep_dir) if s["pid"] == worker["pid"])
+    assert old["state"] == "retired" and old["why"] == "its orchestrator has ended" and old["trials"] == 1
+
+
+def test_on_gpus_each_device_group_gets_workers_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    # torch reports 4 GPUs here only: in the workers the trials find no CUDA and fail, each a fatal error,
+    # after which its worker retires and the group's next trial gets a fresh one.
+    pretend_four_gpus(monkeypatch)
+    sweep_dir = tmp_path / "s"
+    code = run_in_process([f"hydra.sweep.dir={sweep_dir}", *TINY, "machine.name=fake4gpu", "machine.device=cuda", "machine.num_devices=1",
+                           "machine.memory_gib=80", "search=grid", "accum=1,2,4", "split=1", "max_in_flight=2", "trial.time_limit_s=120"],
+                          monkeypatch)
+    out = capsys.readouterr()
+    assert code == 1, out.out + out.err  # nothing ran ok
+    assert {r["status"] for r in rows(sweep_dir).values()} == {"failed"}
+    seen = states(sweep_dir)
+    assert len(seen) == 3 and all(s["state"] == "retiring" and s["why"].startswith("fatal error") for s in seen), seen
+    assert {s["devices"] for s in seen} <= {"0", "1", "2", "3"}  # one GPU each, of the four torch reports
+    assert all(s["dir"].startswith(f"gpus{s['devices']}-") for s in seen)  # each started for its group, its CUDA_VISIBLE_DEVICES
