@@ -8,7 +8,7 @@ from dataclasses import make_dataclass, replace
 
 import pytest
 
-from sweep.core.decision import FIT_KNOWN_STEPS, Running, ahead_after_steps, decision_stop, decision_stops
+from sweep.core.decision import FIT_KNOWN_STEPS, Running, ahead_after_steps, decision_stop, decision_stops, tie_band, tied
 from sweep.core.measure import STOP_FILE, progress_record, write_progress
 from sweep.core.schema import Status, TrialResult, trial_dir
 from sweep.core.space import enumerate_candidates
@@ -184,3 +184,71 @@ def test_the_orchestrator_measures_to_the_decision_with_the_plans_stress_step(tm
     expected = stress - plan.trial.warmup_steps + 1 if stress > plan.trial.warmup_steps else FIT_KNOWN_STEPS
     racing = Orchestrator(plan).racing
     assert racing.candidates is not None and racing.ahead_steps == expected
+
+
+# Rule 4: tied pairs. NOISY scatters by +-10%, so its 95% interval overlaps a pair a few percent away.
+NOISY = [0.010, 0.011, 0.009, 0.0105, 0.0095, 0.0108, 0.0092, 0.010]
+
+
+def tied_stop(key: str, times: list[float], results: dict, noise: float, ahead_steps: int = 8) -> str | None:
+    return decision_stop(key, {key: Running(PAIRS[key], times)}, results, GBS, first_pair_steps=8, ahead_steps=ahead_steps, run_to_run_noise=noise)
+
+
+def test_the_tie_band_is_two_processes_run_to_run_noise_at_95_percent():
+    assert tie_band(0.01) == pytest.approx(1.96 * 2**0.5 * 0.01)  # 2.8% on cuda's default noise
+    assert tied(100.0, 102.0, 0.01) and tied(102.0, 100.0, 0.01) and not tied(100.0, 104.0, 0.01)
+    assert tied(100.0, 100.0, 0.0)  # a gap of 0 is inside any band
+    assert not tied(0.0, 100.0, 0.01)
+
+
+@pytest.mark.parametrize(
+    # (its steps as multiples of NOISY, the rival's, run-to-run noise, steps timed, ahead_steps, stops as tied?)
+    ("mine", "rival", "noise", "steps", "ahead_steps", "stops"),
+    [
+        (1.0, 1.01, 0.01, 8, 8, True),  # medians 1% apart, inside the 2.8% band, past the stress step
+        (1.0, 1.01, 0.0, 8, 8, False),  # no noise told: measured on by the trial's own rule, as before
+        (1.0, 1.01, 0.01, 7, 8, False),  # before its stress step a possible answer is never stopped
+        (1.0, 1.01, 0.01, 6, FIT_KNOWN_STEPS, True),  # no stress step (command trials): once it has an interval
+        (1.0, 1.05, 0.01, 8, 8, False),  # 5% apart but not separated: more steps may order them
+        (1.0, 1.05, 0.03, 8, 8, True),  # on a noisier machine (band 8.3%) 5% is noise
+    ],
+)
+def test_a_possible_answer_tied_with_its_rivals_inside_the_noise_stops_past_its_stress_step(mine, rival, noise, steps, ahead_steps, stops):
+    results = {"accum1_split2": ok("accum1_split2", [t * rival for t in NOISY])}
+    why = tied_stop("accum2_split1", [t * mine for t in (NOISY * 2)[:steps]], results, noise, ahead_steps)
+    assert (why is not None and "tied with accum1_split2 within the run-to-run noise" in why) if stops else why is None
+
+
+def test_a_tie_needs_every_unseparated_rival_inside_the_noise_and_separated_ones_do_not_count():
+    near = ok("accum1_split2", [t * 1.01 for t in NOISY])
+    open_far = ok("accum4_split1", [t * 1.05 for t in NOISY])  # overlapping, 5% away: may still be ordered
+    assert tied_stop("accum2_split1", NOISY, {"accum1_split2": near, "accum4_split1": open_far}, 0.01) is None
+    slow = ok("accum4_split1", [t * 5 for t in STEADY])  # wholly below it: no question left there
+    why = tied_stop("accum2_split1", NOISY, {"accum1_split2": near, "accum4_split1": slow}, 0.01)
+    assert why is not None and "tied with accum1_split2" in why
+    # Separated from every rival it is ahead (rule 3), whatever the noise; below the leader it cannot win (rule 2).
+    assert "ahead of every measured pair" in tied_stop("accum2_split1", STEADY, {"accum4_split1": slow}, 0.01)
+    assert "cannot beat the leader" in tied_stop("accum2_split1", [t * 5 for t in STEADY], {"accum1_split2": ok("accum1_split2", STEADY)}, 0.01)
+
+
+def test_a_running_rival_counts_and_both_tied_pairs_stop():
+    running = {"accum2_split1": Running(PAIRS["accum2_split1"], NOISY), "accum1_split2": Running(PAIRS["accum1_split2"], [t * 1.01 for t in NOISY])}
+    stops = decision_stops(running, {}, GBS, first_pair_steps=8, ahead_steps=8, run_to_run_noise=0.01)
+    assert set(stops) == {"accum2_split1", "accum1_split2"} and all("tied with" in why for why in stops.values())
+
+
+def test_the_confidence_score_still_calls_a_tie_stopped_early_a_tie():
+    """Stopped at 8 steps instead of 32, two pairs 1% apart are scored as unresolved as measured to the cap."""
+    from sweep.core.confidence import leader_probability
+
+    early = {"accum2_split1": ok("accum2_split1", NOISY), "accum1_split2": ok("accum1_split2", [t * 1.01 for t in NOISY])}
+    capped = {k: ok(k, r.step_times_s * 4) for k, r in early.items()}
+    assert leader_probability(early, 0.01) < 0.8 and leader_probability(capped, 0.01) < 0.8
+
+
+def test_racing_hands_the_run_to_run_noise_to_the_decision(tmp_path):
+    results = {"accum1_split2": ok("accum1_split2", [t * 1.01 for t in NOISY])}
+    write_progress(trial_dir(tmp_path, "accum2_split1"), progress_record(NOISY))
+    assert Racing(tmp_path, GBS, PAIRS, first_pair_steps=8, ahead_steps=8).stop_losers(["accum2_split1"], results) == {}
+    told = Racing(tmp_path, GBS, PAIRS, first_pair_steps=8, ahead_steps=8, run_to_run_noise=0.01).stop_losers(["accum2_split1"], results)
+    assert "tied with accum1_split2" in told["accum2_split1"]

@@ -34,6 +34,7 @@ partial measurement as ok with `stopped_early` saying why, as racing's stops do.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -63,6 +64,20 @@ def ahead_after_steps(stress_step: int, warmup_steps: int) -> int:
     return max(FIT_KNOWN_STEPS, stress_step - warmup_steps + 1)
 
 Interval = tuple[float, float]
+
+# Two figures from two trial processes differ by the run-to-run noise of each, sd sqrt(2) * noise: a gap
+# inside TIE_Z of those sds is not an ordering a single measurement of each can state, however many steps.
+TIE_Z = 1.96
+
+
+def tie_band(run_to_run_noise: float) -> float:
+    """The relative gap between two pairs' medians below which their order is the run-to-run noise's."""
+    return TIE_Z * math.sqrt(2.0) * run_to_run_noise
+
+
+def tied(a: float, b: float, run_to_run_noise: float) -> bool:
+    """Whether two medians (samples/s) lie inside each other's run-to-run noise (tie_band)."""
+    return a > 0 and b > 0 and abs(math.log(a / b)) <= tie_band(run_to_run_noise)
 
 
 @dataclass(frozen=True)
@@ -108,11 +123,13 @@ def decision_stop(
     *,
     first_pair_steps: int,
     ahead_steps: int = FIT_KNOWN_STEPS,
+    run_to_run_noise: float = 0.0,
 ) -> str | None:
     """Why the running trial `key` should stop now, or None while it may still change the answer.
 
     first_pair_steps: where a pair stops with no rival measured (trial.measure_steps).
     ahead_steps: timed steps before a pair may stop for being ahead (ahead_after_steps).
+    run_to_run_noise: machine.run_to_run_noise; 0 leaves tied pairs to the trial's own rule (rule 4).
     """
     me = running[key]
     times = [t for t in me.step_times_s if t > 0]
@@ -133,10 +150,13 @@ def decision_stop(
     rivals: list[tuple[str, Interval, int]] = [
         (r.key, (float(r.throughput_low or 0.0), float(r.throughput_high or 0.0)), len(r.step_times_s)) for r in roomy if _has_interval(r)
     ]
+    medians = {r.key: float(r.throughput or 0.0) for r in roomy if _has_interval(r)}
     for other, run in running.items():
         other_times = [t for t in run.step_times_s if t > 0]
         if other != key and len(other_times) >= MIN_INTERVAL_STEPS:
-            rivals.append((other, _interval(other_times, global_batch_size)[1], len(other_times)))
+            other_mid, other_iv = _interval(other_times, global_batch_size)
+            rivals.append((other, other_iv, len(other_times)))
+            medians[other] = other_mid
     # 2. racing: below the finished leader (the best roomy pair with a real interval)
     lead = next(((k, iv, s) for k, iv, s in rivals if k in results), None)
     if lead is not None and cannot_win(mine, lead[1], candidate_steps=n, leader_steps=lead[2]):
@@ -154,6 +174,14 @@ def decision_stop(
             f"ahead of every measured pair (95% lower bound {mine[0]:.4g} samples/s "
             f"> the runner-up {runner_up[0]}'s upper bound {runner_up[1][1]:.4g})"
         )
+    # 4. tied within the run-to-run noise with every rival it is not separated from
+    open_rivals = [k for k, iv, steps in rivals if not cannot_win(iv, mine, candidate_steps=steps, leader_steps=n)]
+    if run_to_run_noise > 0 and open_rivals and all(tied(mid, medians[k], run_to_run_noise) for k in open_rivals):
+        nearest = min(open_rivals, key=lambda k: abs(math.log(mid / medians[k])))
+        return (
+            f"tied with {nearest} within the run-to-run noise ({mid:.4g} against {medians[nearest]:.4g} samples/s, "
+            f"closer than {tie_band(run_to_run_noise):.1%}: a rerun moves either by more)"
+        )
     return None
 
 
@@ -164,11 +192,14 @@ def decision_stops(
     *,
     first_pair_steps: int,
     ahead_steps: int = FIT_KNOWN_STEPS,
+    run_to_run_noise: float = 0.0,
 ) -> dict[str, str]:
     """{key: reason} for every running trial that should stop now."""
     out = {}
     for key in running:
-        reason = decision_stop(key, running, results, global_batch_size, first_pair_steps=first_pair_steps, ahead_steps=ahead_steps)
+        reason = decision_stop(
+            key, running, results, global_batch_size, first_pair_steps=first_pair_steps, ahead_steps=ahead_steps, run_to_run_noise=run_to_run_noise
+        )
         if reason:
             out[key] = reason
     return out

@@ -114,7 +114,11 @@ class Orchestrator:
         self.by_key = {c.key: c for c in plan.candidates}
         decision = self.by_key if plan.measure_to_decision else None
         ahead = plan_ahead_steps(plan.workload, plan.trial.warmup_steps)  # a possible answer stops ahead only past its stress step
-        self.racing = Racing(plan.sweep_dir, plan.meta.global_batch_size, decision, plan.trial.measure_steps, ahead_steps=ahead)
+        # A pair past its stress step whose rivals lie inside the machine's run-to-run noise stops as tied (core/decision.py, rule 4).
+        self.racing = Racing(
+            plan.sweep_dir, plan.meta.global_batch_size, decision, plan.trial.measure_steps, ahead_steps=ahead,
+            run_to_run_noise=run_to_run_noise(plan.machine),
+        )
         self.predictions = Predictions(plan.sweep_dir, plan.meta, self.by_key, plan.machine.memory_gib)
         self.results: dict[str, TrialResult] = {}
         self.in_flight: dict[str, InFlight] = {}

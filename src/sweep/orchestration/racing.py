@@ -77,7 +77,9 @@ class Racing:
     (core/decision.py): a trial also stops once the throughput ordering rules it out, or once its
     interval already separates it from every rival; first_pair_steps is where a pair with no rival
     measured stops (trial.measure_steps); ahead_steps is how many timed steps a pair runs before it
-    may stop for being ahead (core/decision.ahead_after_steps: past the workload's stress step).
+    may stop for being ahead (core/decision.ahead_after_steps: past the workload's stress step);
+    run_to_run_noise (machine.run_to_run_noise) is where a pair past that step stops as tied with its
+    rivals (core/decision.tie_band).
     """
 
     def __init__(
@@ -87,12 +89,14 @@ class Racing:
         candidates: Mapping[str, Candidate] | None = None,
         first_pair_steps: int = 8,
         ahead_steps: int = FIT_KNOWN_STEPS,
+        run_to_run_noise: float = 0.0,
     ) -> None:
         self.sweep_dir = sweep_dir
         self.global_batch_size = global_batch_size
         self.candidates = candidates
         self.first_pair_steps = first_pair_steps
         self.ahead_steps = ahead_steps
+        self.run_to_run_noise = run_to_run_noise
         self.told: set[str] = set()
 
     def forget(self, key: str) -> None:
@@ -111,7 +115,8 @@ class Racing:
             stopped = {
                 k: why
                 for k, why in decision_stops(
-                    now, results, self.global_batch_size, first_pair_steps=self.first_pair_steps, ahead_steps=self.ahead_steps
+                    now, results, self.global_batch_size, first_pair_steps=self.first_pair_steps, ahead_steps=self.ahead_steps,
+                    run_to_run_noise=self.run_to_run_noise,
                 ).items()
                 if k not in self.told
             }
