@@ -24,7 +24,9 @@ model, racing and decision rules):
   the built-in RNN-T's stress step (workload.stress_step=9, the 8th timed step: a pair stops for
   being ahead only once past it, core/decision.ahead_after_steps, and a late OOM is met there;
   beside it the rule before, which let a pair stop for being ahead as soon as separated),
-  then with warm workers too, then with screening on the 8-GPU host (8 one-rank trials at once at global batch
+  then with warm workers too, then with tied pairs stopped past the stress step (core/decision.py's
+  rule 4: a possible answer whose every unseparated rival's median lies inside the run-to-run noise,
+  machine.run_to_run_noise's cuda default of 1% as the orchestrator hands it in), then with screening on the 8-GPU host (8 one-rank trials at once at global batch
   128, at most trial.measure_steps timed steps each, then the pairs inside the leader's noise as
   full 8-rank trials; the answer is the best full trial).
 
@@ -60,7 +62,7 @@ import landscapes_gpu as sim  # noqa: E402
 from landscapes import LANDSCAPES, random_landscape  # noqa: E402
 from landscapes_h100 import RECORDINGS, load  # noqa: E402
 
-ONE_DEVICE = (sim.OLD, sim.DECISION, sim.STRESS_EARLY, sim.STRESS, sim.WARM)  # on one device screening has nothing to split
+ONE_DEVICE = (sim.OLD, sim.DECISION, sim.STRESS_EARLY, sim.STRESS, sim.WARM_ONLY, sim.WARM)  # on one device screening has nothing to split
 HOST = (sim.OLD, sim.NEW)
 
 

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from landscapes import Landscape
 
+from sweep.core.config import RUN_TO_RUN_NOISE
 from sweep.core.decision import Running, ahead_after_steps, cancel_reason, decision_stop
 from sweep.core.measure import cannot_win, enough_measured, race_reason
 from sweep.core.ranking import ranked_ok
@@ -129,6 +130,8 @@ class Policy:
     stress_step: int = 0
     ahead_past_stress: bool = True  # False: the rule before it, a pair may stop for being ahead after FIT_KNOWN_STEPS
     cancel_outranked: bool = False  # screening: a trial the ordering rules out before its first timed step is cancelled
+    # machine.run_to_run_noise as the decision is told it (core/decision.py's rule 4, tied pairs); 0: the rule before it
+    run_to_run_noise: float = 0.0
 
 
 OLD = Policy("today: fresh process per trial, adaptive to the cap, racing, one trial at a time")
@@ -138,9 +141,16 @@ STRESS_EARLY = Policy(
     "measure to the decision + stress step, ahead once separated", to_decision=True, stress_step=STRESS_STEP, ahead_past_stress=False
 )
 STRESS = Policy("measure to the decision + stress step, ahead past it", to_decision=True, stress_step=STRESS_STEP)
-WARM = Policy("+ warm workers", warm=True, to_decision=True, stress_step=STRESS_STEP)
+WARM_ONLY = Policy("+ warm workers", warm=True, to_decision=True, stress_step=STRESS_STEP)
+# machine.run_to_run_noise on cuda unset, as the orchestrator hands it to the decision (core/config.run_to_run_noise)
+CUDA_NOISE = RUN_TO_RUN_NOISE["cuda"]
+WARM = Policy(
+    f"+ tied pairs stop past the stress step (run-to-run noise {CUDA_NOISE:.0%})", warm=True, to_decision=True, stress_step=STRESS_STEP,
+    run_to_run_noise=CUDA_NOISE,
+)
 NEW = Policy(
-    "+ screening (N one-rank trials at once, then full confirmations)", warm=True, to_decision=True, screen=True, stress_step=STRESS_STEP
+    "+ screening (N one-rank trials at once, then full confirmations)", warm=True, to_decision=True, screen=True, stress_step=STRESS_STEP,
+    run_to_run_noise=CUDA_NOISE,
 )
 
 
@@ -279,7 +289,9 @@ def _stop(
     if policy.to_decision:
         view = {k: Running(t.cand, t.times[: t.done]) for k, t in running.items()}
         ahead = ahead_after_steps(policy.stress_step if policy.ahead_past_stress else 0, WARMUP_STEPS)
-        return decision_stop(key, view, finished, gbs, first_pair_steps=MEASURE_STEPS, ahead_steps=ahead)
+        return decision_stop(
+            key, view, finished, gbs, first_pair_steps=MEASURE_STEPS, ahead_steps=ahead, run_to_run_noise=policy.run_to_run_noise
+        )
     lead = next((r for r in ranked_ok(finished) if r.step_times_s and not r.tight), None)
     if lead is None:
         return None
@@ -331,6 +343,8 @@ def spent_on(phase: Phase) -> dict[str, float]:
                 kind = "timed steps of pairs that could not win"
             elif "no other pair" in why:
                 kind = "timed steps of the first pair (no rival yet)"
+            elif "tied with" in why:
+                kind = "timed steps of tied pairs (past the stress step, inside the run-to-run noise)"
             elif "ahead" in why:
                 kind = "timed steps of pairs stopped ahead (past the stress step)"
             else:

@@ -27,8 +27,17 @@ allocator has seen other shapes (the late OOMs on the H100 came at timed steps 9
 the first step had fitted). A pair stopped because it cannot win is not recommended whatever its
 fit, so those rules need not wait.
 
-A pair that may still be the answer (its interval overlaps the leader's or the runner-up's) runs
-on until the trial's own rule (target precision or the cap) ends it. A stopped trial keeps its
+and, also only once its fit is known, when
+
+4. tied: every rival it is not separated from (each one whose interval overlaps its own) has a
+   median inside the run-to-run noise of its own (tie_band: two trial processes' figures of one
+   pair differ by up to 1.96 * sqrt(2) * machine.run_to_run_noise, 2.8% at cuda's default 1%).
+   More steps narrow each trial's own interval, but a rerun of either moves it by more than the
+   gap: no number of steps orders them, and the confidence score, which adds that noise to every
+   trial's error, calls them a tie either way.
+
+A pair that may still be the answer (its interval overlaps the leader's or the runner-up's, further
+apart than the noise) runs on until the trial's own rule (target precision or the cap) ends it. A stopped trial keeps its
 partial measurement as ok with `stopped_early` saying why, as racing's stops do.
 """
 
