@@ -46,6 +46,7 @@ from sweep.core.decision import Running, ahead_after_steps, cancel_reason, decis
 from sweep.core.measure import cannot_win, enough_measured, race_reason
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import CANCELLED, OK, OOM, TrialResult
+from sweep.core.screening import SCREEN_AHEAD_STEPS, SCREEN_FIRST_PAIR_STEPS
 from sweep.core.space import Candidate
 from sweep.core.stats import throughput_summary
 from sweep.core.strategies import Proposal, make_strategy
@@ -132,6 +133,8 @@ class Policy:
     cancel_outranked: bool = False  # screening: a trial the ordering rules out before its first timed step is cancelled
     # machine.run_to_run_noise as the decision is told it (core/decision.py's rule 4, tied pairs); 0: the rule before it
     run_to_run_noise: float = 0.0
+    # a screening phase's trials: never the recommendation, measured as core/screening's SCREEN_* say (racing.plan_stop_steps)
+    nominates_only: bool = False
 
 
 OLD = Policy("today: fresh process per trial, adaptive to the cap, racing, one trial at a time")
@@ -289,9 +292,10 @@ def _stop(
     if policy.to_decision:
         view = {k: Running(t.cand, t.times[: t.done]) for k, t in running.items()}
         ahead = ahead_after_steps(policy.stress_step if policy.ahead_past_stress else 0, WARMUP_STEPS)
-        return decision_stop(
-            key, view, finished, gbs, first_pair_steps=MEASURE_STEPS, ahead_steps=ahead, run_to_run_noise=policy.run_to_run_noise
-        )
+        first_pair = MEASURE_STEPS
+        if policy.nominates_only:
+            first_pair, ahead = SCREEN_FIRST_PAIR_STEPS, SCREEN_AHEAD_STEPS
+        return decision_stop(key, view, finished, gbs, first_pair_steps=first_pair, ahead_steps=ahead, run_to_run_noise=policy.run_to_run_noise)
     lead = next((r for r in ranked_ok(finished) if r.step_times_s and not r.tight), None)
     if lead is None:
         return None
@@ -364,7 +368,7 @@ def eight_gpu_host(land: GpuLandscape, policy: Policy, seed: int, devices: int =
         phase = run_phase(land, strategy, policy, rng, slots=1, ranks=devices, gbs=gbs)
         return Outcome(phase.gpu_s, phase.wall_s, pick_of(phase.results), len(phase.results))
     # Screening is coarse (at most trial.measure_steps): what it cannot separate, a full trial confirms.
-    screen = run_phase(land, strategy, replace(policy, cancel_outranked=True), rng, slots=devices, ranks=1, gbs=128, max_steps=MEASURE_STEPS)
+    screen = run_phase(land, strategy, replace(policy, cancel_outranked=True, nominates_only=True), rng, slots=devices, ranks=1, gbs=128, max_steps=MEASURE_STEPS)
     # The pairs inside the leader's noise; when none of them ends roomy and ok, the next screened pairs.
     confirm = _Confirm(screen.results)
     full = run_phase(land, confirm, policy, rng, slots=1, ranks=devices, gbs=gbs, first_start=screen.wall_s)

@@ -121,6 +121,23 @@ def test_on_slurm_screening_trials_are_one_gpu_jobs(tmp_path: Path, extra: list[
     assert compose_plan(["+machine=cpu2", *SLURM], str(tmp_path / "u")).screen is False  # auto: CUDA only
 
 
+def test_screening_rows_stop_ahead_without_the_stress_step_and_the_full_trials_wait_for_it(tmp_path: Path) -> None:
+    """A screening row is never the recommendation: its pairs stop ahead or tied once separated (the full
+    trial that confirms one meets the stress step itself), the first at the fewest steps with a 95% interval."""
+    from sbatch_golden import SLURM, compose_plan
+
+    from sweep.core.decision import FIT_KNOWN_STEPS
+    from sweep.core.measure import MIN_INTERVAL_STEPS
+    from sweep.orchestration.racing import plan_ahead_steps, plan_stop_steps
+    from sweep.orchestration.screening import screening_plan
+
+    plan = compose_plan(["+machine=a100x8", *SLURM], str(tmp_path / "s"))
+    full = (plan.trial.measure_steps, plan_ahead_steps(plan.workload, plan.trial.warmup_steps))
+    assert not plan.nominates_only and plan_stop_steps(plan) == full
+    sub = screening_plan(plan)
+    assert sub.nominates_only and plan_stop_steps(sub) == (MIN_INTERVAL_STEPS, FIT_KNOWN_STEPS)
+
+
 def test_a_bad_screen_mode_is_one_line(tmp_path: Path) -> None:
     from sbatch_golden import compose_plan
 

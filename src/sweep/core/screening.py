@@ -11,12 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sweep.core.decision import FIT_KNOWN_STEPS
 from sweep.core.growth import at_risk
+from sweep.core.measure import MIN_INTERVAL_STEPS
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, TrialResult
 
 SCREEN_MODES = ("auto", "on", "off")
 SCREENING_DIR = "screening"  # under the sweep dir: the one-rank trials, a sweep dir of their own
+
+# How the decision (core/decision.py) measures a screening trial. A screening row is never the
+# recommendation: it nominates pairs for the full trials, and each full trial meets the workload's
+# stress step itself, at full scale (where DDP's buckets add memory the one-rank trial never saw).
+# So a screened pair may stop for being ahead or tied once its interval decides it, without waiting
+# for the stress step, and the first screened pair, there only for later pairs to be compared with,
+# stops at the fewest steps that give a real 95% interval instead of trial.measure_steps.
+SCREEN_AHEAD_STEPS = FIT_KNOWN_STEPS
+SCREEN_FIRST_PAIR_STEPS = MIN_INTERVAL_STEPS
 
 
 def screens(mode: str, num_devices: int) -> bool:

@@ -34,7 +34,7 @@ from sweep.launch.ended import ended_job_result, forget_ended
 from sweep.orchestration.display import Display, landed_line, scaling_lines
 from sweep.orchestration.plan import META_FILE, SweepPlan, make_plan, sweep_record
 from sweep.orchestration.preflight import check_runnable_here, dry_run_text, local_cuda_devices
-from sweep.orchestration.racing import Predictions, Racing, plan_ahead_steps
+from sweep.orchestration.racing import Predictions, Racing, plan_stop_steps
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import (
     claim_fresh_dir,
@@ -113,11 +113,11 @@ class Orchestrator:
         )
         self.by_key = {c.key: c for c in plan.candidates}
         decision = self.by_key if plan.measure_to_decision else None
-        ahead = plan_ahead_steps(plan.workload, plan.trial.warmup_steps)  # a possible answer stops ahead only past its stress step
-        # A pair past its stress step whose rivals lie inside the machine's run-to-run noise stops as tied (core/decision.py, rule 4).
+        # A possible answer stops ahead only past its stress step; a screening row is never one (plan_stop_steps).
+        # A pair past it whose rivals lie inside the machine's run-to-run noise stops as tied (core/decision.py, rule 4).
+        first_pair, ahead = plan_stop_steps(plan)
         self.racing = Racing(
-            plan.sweep_dir, plan.meta.global_batch_size, decision, plan.trial.measure_steps, ahead_steps=ahead,
-            run_to_run_noise=run_to_run_noise(plan.machine),
+            plan.sweep_dir, plan.meta.global_batch_size, decision, first_pair, ahead_steps=ahead, run_to_run_noise=run_to_run_noise(plan.machine),
         )
         self.predictions = Predictions(plan.sweep_dir, plan.meta, self.by_key, plan.machine.memory_gib)
         self.results: dict[str, TrialResult] = {}

@@ -29,6 +29,7 @@ from sweep.core.measure import STOP_FILE, cannot_win, progress_step_times, race_
 from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, trial_dir
+from sweep.core.screening import SCREEN_AHEAD_STEPS, SCREEN_FIRST_PAIR_STEPS
 from sweep.core.space import Candidate
 from sweep.core.stats import throughput_summary
 
@@ -124,6 +125,15 @@ class Racing:
             atomic_write_text(trial_dir(self.sweep_dir, key) / STOP_FILE, json.dumps({"reason": reason, "at": now_iso()}) + "\n")
             self.told.add(key)
         return stopped
+
+
+def plan_stop_steps(plan: Any) -> tuple[int, int]:
+    """(first_pair_steps, ahead_steps) for a plan's Racing: trial.measure_steps and the workload's
+    stress step; a screening sweep's (plan.nominates_only) from core/screening, since none of its
+    rows is the recommendation."""
+    if plan.nominates_only:
+        return SCREEN_FIRST_PAIR_STEPS, SCREEN_AHEAD_STEPS
+    return int(plan.trial.measure_steps), plan_ahead_steps(plan.workload, plan.trial.warmup_steps)
 
 
 def plan_ahead_steps(workload: Any, warmup_steps: int) -> int:

@@ -48,6 +48,7 @@ def screening_plan(plan: SweepPlan) -> SweepPlan:
         # Screening only ranks candidates for the full trials, which the drift check then re-times.
         drift_check=False,
         cancel_outranked=plan.search != "grid",
+        nominates_only=True,
         started_at=str(stored.get("started_at") or plan.started_at),
     )
 
