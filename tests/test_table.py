@@ -52,7 +52,7 @@ def header(text: str) -> list[str]:
         # Marks and their one-line legend, only when a mark is shown.
         ([result(1, 1, tight=True), result(2, 1)], ["mark"], [], ["tight = ran ok with headroom below trial.memory_margin"]),
         ([result(1, 1, stopped_early="could not beat the leader"), result(2, 1)], ["mark"], [],
-         ["early = stopped before its last step", "could not beat the leader", "ahead of every measured pair"]),
+         ["early = stopped before its last step", "could not beat the leader", "ahead of every measured pair", "tied with its rivals"]),
         # tight on a row that did not run ok is not shown.
         ([result(1, 1, status=OOM, oom_phase="joint", error="out of memory", tight=True)], [], ["mark"], ["oom (joint): out of memory"]),
     ],
