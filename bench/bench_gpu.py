@@ -27,8 +27,10 @@ model, racing and decision rules):
   then with warm workers too, then with tied pairs stopped past the stress step (core/decision.py's
   rule 4: a possible answer whose every unseparated rival's median lies inside the run-to-run noise,
   machine.run_to_run_noise's cuda default of 1% as the orchestrator hands it in), then with screening on the 8-GPU host (8 one-rank trials at once at global batch
-  128, at most trial.measure_steps timed steps each, then the pairs inside the leader's noise as
-  full 8-rank trials; the answer is the best full trial).
+  128, at most trial.measure_steps timed steps each, stopped ahead or tied without waiting for the
+  stress step and the first at 6 steps, as core/screening.SCREEN_* has it since a screening row is
+  never the answer; then the pairs inside the leader's noise as full 8-rank trials, measured to the
+  decision with the stress step; the answer is the best full trial).
 
 Warm workers as built (launch/warm_pool.py): one-rank trials only, so on one device the first trial
 pays a recorded fresh start-up and later ones WARM_START_S; on the 8-GPU host each screening device
