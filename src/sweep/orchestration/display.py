@@ -148,13 +148,17 @@ def live_view(rows: Sequence[Mapping[str, Any]], progress: str, width: int, heig
     """What the live view draws on a width x height terminal: the table (finished first, columns that fit), the
     legend, what was left out, and the progress line. Log lines scroll above it, so it takes at most half the
     height (and never fewer than 8 lines)."""
-    from rich.console import Group
+    import io
+
+    from rich.console import Console, Group
     from rich.text import Text
 
     full = sweep_table(rows)
     lines = max(8, height // 2)
     legend = [Text(line, style="dim", overflow="fold") for line in full.legend]
-    legend_lines = sum(-(-len(line) // max(1, width)) for line in full.legend)  # folded to the width
+    # As rich wraps them (at word boundaries: more lines than their length over the width).
+    measure = Console(file=io.StringIO(), width=max(1, width))
+    legend_lines = sum(len(text.wrap(measure, max(1, width))) for text in legend)
     body = lines - 2 - legend_lines - 1  # the header, the "more" line, the legend and the progress line
     shown, more = live_rows(rows, body)
     table = fit_columns(sweep_table(shown, show_split="split" in full.headers), width)  # a split axis if the sweep has one
