@@ -19,12 +19,11 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
 from sweep.core.implications import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
 from sweep.core.schema import CANCELLED, OK, TrialResult
 from sweep.core.space import Candidate
-from sweep.core.stats import interval_se
+from sweep.core.stats import interval_se, special
 
 __all__ = ["confidence_score", "leader_probability", "leader_key", "open_pairs", "rank_order"]
 
@@ -68,10 +67,10 @@ GAIN_FLOOR = 0.02
 _Z = np.linspace(-8.0, 8.0, 161)
 
 
-# The normal and Student-t functions are scipy.special's (the ones scipy.stats' distributions call): imported
-# with stats.py, which every trial and the command line load anyway, where scipy.stats' own import took 0.5 s
-# of CPU (0.9 s on a busy box) in every sweep that scored a finished trial.
-_NORMAL_MAD_SCALE = float(ndtri(0.75))  # scipy.stats.median_abs_deviation's scale="normal"
+# The normal functions are scipy.special's (the ones scipy.stats' distributions call), imported on first use
+# (core/stats.py's special()): scipy.stats' own import took 0.5 s of CPU (0.9 s on a busy box) in every sweep
+# that scored a finished trial.
+_NORMAL_MAD_SCALE = 0.6744897501960817  # special.ndtri(0.75): scipy.stats.median_abs_deviation's scale="normal", as it writes it
 _trapezoid = getattr(np, "trapezoid", None) or np.trapz  # numpy 2 renamed it; scipy.integrate's is numpy's
 
 
@@ -133,7 +132,7 @@ def leader_probability(results: Mapping[str, TrialResult], run_to_run: float = T
         return 1.0
     means, sds = np.array(rivals).T
     # At each node: the density of the leader's error times P(every rival falls below the leader's value there).
-    beats_all = np.prod(ndtr((m0 + s0 * _Z[:, None] - means) / sds), axis=1)
+    beats_all = np.prod(special().ndtr((m0 + s0 * _Z[:, None] - means) / sds), axis=1)
     return float(min(1.0, _trapezoid(_normal_density_at_nodes() * beats_all, _Z)))
 
 

@@ -18,14 +18,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy.special import gammaincinv
-
 from sweep.core.run_to_run import Repeat, estimate_run_to_run
+from sweep.core.stats import special
 
 
 def chi2_quantile(q: float, dof: int) -> float:
     """scipy.stats.chi2.ppf(q, dof), as it computes it, without scipy.stats' 0.5 s import (core/stats.py)."""
-    return float(2.0 * gammaincinv(dof / 2.0, q))
+    return float(2.0 * special().gammaincinv(dof / 2.0, q))
 
 
 SIGNIFICANCE = 0.05  # chance of calling drift on a machine whose noise is as assumed

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from scipy.special import ndtr, stdtr, stdtrit
 
 from sweep.core.schema import OK, OOM, TrialResult
+from sweep.core.stats import special
 
 OOM_PROBABILITY = 0.95  # p_exceeds at or above this: the pair is not launched
 MIN_OK_POINTS = 3  # fewer ok peaks than this: no predictions at all (and more than the fit's rank)
@@ -225,16 +225,16 @@ def predicted_oom_reason(pred: PeakPrediction, capacity_gib: float) -> str:
 
 
 # --- numerics: scipy's Student t, numpy's SVD ---------------------------------------------------
-# scipy.special's, the functions scipy.stats' t and norm call: this module is imported by trial processes
-# and the command line, which should not pay scipy.stats' 0.5 s import (core/stats.py).
+# scipy.special's, the functions scipy.stats' t and norm call, imported on first use (core/stats.py's special()):
+# this module is imported by trial processes and the command line, which should not pay scipy.stats' 0.5 s import.
 
 
 def student_t_cdf(t: float, dof: int) -> float:
-    return float(stdtr(dof, t))  # scipy.stats.t.cdf(t, dof)
+    return float(special().stdtr(dof, t))  # scipy.stats.t.cdf(t, dof)
 
 
 def student_t_quantile(p: float, dof: int) -> float:
-    return float(stdtrit(dof, p))  # scipy.stats.t.ppf(p, dof)
+    return float(special().stdtrit(dof, p))  # scipy.stats.t.ppf(p, dof)
 
 
 def _least_squares(xs: np.ndarray, ys: np.ndarray):
@@ -281,5 +281,5 @@ def _censored_mean(mean: np.ndarray, sigma: float, bound: np.ndarray) -> np.ndar
     # expectation is bound + sigma/alpha), where pdf and sf both underflow.
     far = alpha > 30.0
     safe = np.where(far, 0.0, alpha)
-    mills = np.where(far, alpha + 1.0 / np.where(far, alpha, 1.0), np.exp(-(safe**2) / 2.0) / math.sqrt(2.0 * math.pi) / ndtr(-safe))  # norm.pdf / norm.sf
+    mills = np.where(far, alpha + 1.0 / np.where(far, alpha, 1.0), np.exp(-(safe**2) / 2.0) / math.sqrt(2.0 * math.pi) / special().ndtr(-safe))  # norm.pdf / norm.sf
     return mean + sigma * mills
