@@ -41,7 +41,10 @@ def test_a_trial_after_an_oom_in_a_warm_worker_records_what_a_fresh_process_reco
     assert first.status == Status.OOM
     assert after.status == alone.status == Status.OK
     assert after.peak_mem_gib == pytest.approx(alone.peak_mem_gib, rel=0.02)
-    assert after.peak_reserved_gib == pytest.approx(alone.peak_reserved_gib, rel=0.02)
+    # The counted (address-space) peak of two identical fresh trials differs by up to 1 MiB (52.5 or 53.5 MiB over six
+    # runs of this spec: one more 1 MiB mapping live at the peak or not), which is 2% here: a fresh process cannot match
+    # another closer than that, so 1.5 MiB is allowed beside the 2%. The hand-back below is what keeps the OOM out of it.
+    assert after.peak_reserved_gib == pytest.approx(alone.peak_reserved_gib, rel=0.02, abs=1.5 / 1024)
     # On CPU the address-space peak a trial's reserved peak counts cannot be reset: the worker said so
     # and handed the trial to a fresh one rather than record a peak inflated by the OOM.
     assert len(runs) == 2 and runs[0].pid != runs[1].pid and "VmPeak" in runs[0].why and runs[0].handed_back == [ok]
