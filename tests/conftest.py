@@ -5,6 +5,8 @@ test where a worker is free, except tests that share something costly, which one
 (an xdist group): the Slurm tests share one cluster (a session fixture), so one cluster is started, once;
 a module whose tests share a module fixture that runs sweeps or trials would otherwise run it on every worker."""
 
+import os
+
 import pytest
 from slurm_cluster import slurm_cluster  # noqa: F401  (a session fixture used by the Slurm tests)
 
@@ -26,3 +28,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif SHARED_MODULE_FIXTURES.get(item.path.name) in fixtures:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n logical` (pyproject.toml): one worker more than the cores. Many tests wait more than they compute: on
+    Slurm's scheduling (the slurm group, about 2 minutes of waiting on one worker), on trials they kill, stop or
+    time out, on sleeps in fake trainers. With a worker per core, a core sat idle through each of those waits;
+    a third worker on a 2-core box fills them. PYTEST_XDIST_AUTO_NUM_WORKERS still decides where it is set."""
+    given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if given:
+        return int(given)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores + 1

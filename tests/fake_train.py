@@ -9,7 +9,7 @@ behaviour waits first, $FAULT_DURATION_S how long a throughput-printing run trai
     ok, myrtle_new  Myrtle v1.12 epoch lines for 3 epochs: 1000*(1+split/10)/accum samples/s
                     from epoch 2 on (epoch 1 is 200 lower: warm-up), exit 0
     myrtle_old, dlll, regex, jsonl   the same figures in another log format
-    slow            wait 12 s, then as ok
+    slow            wait 12 s (FAKE_SLOW_S), then as ok
     then_hang       as ok, then never ends (a long run the sweep stops once it has measured)
     oom_encoder, oom_joint (or oom), oom_optimizer   a CUDA OOM traceback in that phase's frame
     crash           a Python traceback (ValueError), exit 1
@@ -101,7 +101,7 @@ def main():
         os.kill(os.getppid(), signal.SIGKILL)  # the trial process: it never writes its own record
         return 1
     if behaviour == "slow":
-        time.sleep(12)
+        time.sleep(float(os.environ.get("FAKE_SLOW_S", "12")))
 
     time.sleep(float(os.environ.get("FAULT_DURATION_S", "0")))
     train(args, PRINTS_THROUGHPUT[behaviour])

@@ -284,9 +284,11 @@ def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(nam
 def test_torchrun_on_cpu2_starts_two_ranks_per_trial(tmp_path: Path) -> None:
     """The HF preset's `torchrun --nproc_per_node={num_devices}` on +machine=cpu2 (gloo): one launcher per trial,
     2 ranks, as both the probe (the processes that stepped an optimizer) and the Trainer (its process_index) say."""
-    sweep_dir, steps_dir, _ = run_preset("hf", tmp_path, machine="cpu2")
+    # One pair: each trial is one torchrun of two HF ranks (the heaviest processes of the suite), and the second pair
+    # repeated the same check; the per-trial ports of two trials side by side are test_command_workload's.
+    sweep_dir, steps_dir, _ = run_preset("hf", tmp_path, machine="cpu2", accums="2")
     skip = int(shipped("hf")["workload"]["parser"]["skip_first"])
-    for accum, trial_dir in sorted(trials(sweep_dir).items()):
+    for accum, trial_dir in sorted(trials(sweep_dir, (2,)).items()):
         ranks, probe = probe_steps(trial_dir)
         stepping = [p.name for p in trial_dir.glob("probe-*/*.jsonl") if '"kind":"step"' in p.read_text().replace(" ", "")]
         own = independent_from_files(trial_dir, steps_dir)

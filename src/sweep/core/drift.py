@@ -19,6 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sweep.core.run_to_run import Repeat, estimate_run_to_run
+from sweep.core.stats import special
+
+
+def chi2_quantile(q: float, dof: int) -> float:
+    """scipy.stats.chi2.ppf(q, dof), as it computes it, without scipy.stats' 0.5 s import (core/stats.py)."""
+    return float(2.0 * special().gammaincinv(dof / 2.0, q))
+
 
 SIGNIFICANCE = 0.05  # chance of calling drift on a machine whose noise is as assumed
 MAX_NOISE = 0.49
@@ -51,9 +58,7 @@ class Drift:
     @property
     def seen_upper(self) -> float:
         """The upper end of the seen noise's one-sided SCORED_BOUND interval (chi-square on dof)."""
-        from scipy.stats import chi2  # imported when needed (core/stats.py says why)
-
-        return self.seen * math.sqrt(self.dof / chi2.ppf(1.0 - SCORED_BOUND, self.dof))
+        return self.seen * math.sqrt(self.dof / chi2_quantile(1.0 - SCORED_BOUND, self.dof))
 
     @property
     def noise(self) -> float:
@@ -91,8 +96,6 @@ def drift(retimed: Sequence[Retimed], assumed: float) -> Drift | None:
     est = estimate_run_to_run({(r.accum, r.split): [r.first, r.again] for r in usable})
     if est is None:
         return None
-    from scipy.stats import chi2
-
     # dof * seen^2 / assumed^2 ~ chi-square(dof) when the noise is as assumed (own errors aside: they err toward more noise).
-    threshold = assumed**2 * chi2.ppf(1.0 - SIGNIFICANCE, est.dof) / est.dof
+    threshold = assumed**2 * chi2_quantile(1.0 - SIGNIFICANCE, est.dof) / est.dof
     return Drift(usable, assumed, est.noise, est.dof, bool(est.noise**2 > threshold))

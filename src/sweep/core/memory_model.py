@@ -33,6 +33,7 @@ The numerics are numpy's (SVD least squares) and scipy's (Student t, normal).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -40,6 +41,7 @@ from typing import Protocol
 import numpy as np
 
 from sweep.core.schema import OK, OOM, TrialResult
+from sweep.core.stats import special
 
 OOM_PROBABILITY = 0.95  # p_exceeds at or above this: the pair is not launched
 MIN_OK_POINTS = 3  # fewer ok peaks than this: no predictions at all (and more than the fit's rank)
@@ -223,20 +225,16 @@ def predicted_oom_reason(pred: PeakPrediction, capacity_gib: float) -> str:
 
 
 # --- numerics: scipy's Student t, numpy's SVD ---------------------------------------------------
-# scipy.stats is imported where used: this module is imported by trial processes and the command line,
-# which should not pay its 0.5 s import before they start (core/stats.py).
+# scipy.special's, the functions scipy.stats' t and norm call, imported on first use (core/stats.py's special()):
+# this module is imported by trial processes and the command line, which should not pay scipy.stats' 0.5 s import.
 
 
 def student_t_cdf(t: float, dof: int) -> float:
-    from scipy import stats
-
-    return float(stats.t.cdf(t, dof))
+    return float(special().stdtr(dof, t))  # scipy.stats.t.cdf(t, dof)
 
 
 def student_t_quantile(p: float, dof: int) -> float:
-    from scipy import stats
-
-    return float(stats.t.ppf(p, dof))
+    return float(special().stdtrit(dof, p))  # scipy.stats.t.ppf(p, dof)
 
 
 def _least_squares(xs: np.ndarray, ys: np.ndarray):
@@ -278,12 +276,10 @@ def _censored_mean(mean: np.ndarray, sigma: float, bound: np.ndarray) -> np.ndar
     mean, bound = np.asarray(mean, dtype=float), np.asarray(bound, dtype=float)
     if sigma <= 0:
         return np.maximum(mean, bound)
-    from scipy import stats
-
     alpha = (bound - mean) / sigma
     # The inverse Mills ratio pdf/sf; in the far tail, its asymptote alpha + 1/alpha (so the
     # expectation is bound + sigma/alpha), where pdf and sf both underflow.
     far = alpha > 30.0
     safe = np.where(far, 0.0, alpha)
-    mills = np.where(far, alpha + 1.0 / np.where(far, alpha, 1.0), stats.norm.pdf(safe) / stats.norm.sf(safe))
+    mills = np.where(far, alpha + 1.0 / np.where(far, alpha, 1.0), np.exp(-(safe**2) / 2.0) / math.sqrt(2.0 * math.pi) / special().ndtr(-safe))  # norm.pdf / norm.sf
     return mean + sigma * mills

@@ -5,7 +5,9 @@ and a distribution-free 95% interval for that median: the order-statistic
 interval, which needs no normality assumption and stays honest for the
 handful of steps a short trial can afford. The binomial tail it rests on is
 scipy.special's bdtr: scipy.stats' binom is the same function behind a 0.5 s
-import that every trial process would pay before it starts.
+import that every trial process would pay before it starts. scipy.special itself
+(0.25 s of CPU) is imported on first use, through special(): a command line that is
+refused, or plans without scoring, never needs it.
 """
 
 from __future__ import annotations
@@ -16,12 +18,19 @@ from functools import lru_cache
 from statistics import median
 
 import numpy as np
-from scipy.special import bdtr  # loaded with the module: a CPU trial caps its address space after import
 
 # median is re-exported: the one median (it raises StatisticsError, a ValueError, on no data).
 __all__ = ["Z95", "interval_se", "median", "median_interval_coverage", "median_interval_ranks", "throughput_summary"]
 
 Z95 = 1.96  # a 95% interval's half-width in standard errors, as every figure here has rounded it
+
+
+def special():
+    """scipy.special, imported on first use. A process that caps its address space (a CPU trial:
+    workloads/rnnt/runner.py) calls this before the cap: imported under it, scipy failed to map its openblas."""
+    import scipy.special
+
+    return scipy.special
 
 
 def interval_se(low: float | None, high: float | None) -> float | None:
@@ -33,7 +42,7 @@ def interval_se(low: float | None, high: float | None) -> float | None:
 
 def median_interval_coverage(n: int, lo_rank: int) -> float:
     """P(the true median lies in [x_(lo), x_(n-1-lo)]) = 1 - 2 P(X <= lo) for X ~ Binomial(n, 1/2)."""
-    return float(1.0 - 2.0 * bdtr(lo_rank, n, 0.5))
+    return float(1.0 - 2.0 * special().bdtr(lo_rank, n, 0.5))
 
 
 @lru_cache(maxsize=1024)  # a pure function of two numbers, asked for on every trial
@@ -48,7 +57,7 @@ def median_interval_ranks(n: int, level: float = 0.95) -> tuple[int, int]:
         raise ValueError("no samples")
     ks = np.arange(1, n)
     # Both conditions hold on a prefix of ks (the tail grows with k), so the largest k that meets them is the answer.
-    usable = ks[(ks < n - 1 - ks) & (bdtr(ks, n, 0.5) <= (1.0 - level) / 2)]
+    usable = ks[(ks < n - 1 - ks) & (special().bdtr(ks, n, 0.5) <= (1.0 - level) / 2)]
     k = int(usable.max()) if usable.size else 0
     return k, n - 1 - k
 
