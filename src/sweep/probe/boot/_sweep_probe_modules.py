@@ -1,4 +1,5 @@
-"""Module hooks and OOM records of the probe (a part of _sweep_probe.Probe, split off for size).
+"""The probe's hooks into modules, backward and the allocator (a part of _sweep_probe.Probe, split off for
+size; the OOM records they write are _sweep_probe_oom.py's).
 
 Which module was running when memory ran out costs nothing per step in the steady state: the module
 is read after the fact, from the Python frames of the failing call (each module call runs
@@ -12,7 +13,7 @@ per module output near the top of the stack for backward): that first step is wh
 and the one place a C++ op's OOM in backward on the CPU can be placed. It also learns the root
 modules (those called while no other module runs). After it, the global hooks come out (they cost
 every module call, some 10 us with the gradient hooks: 2-3% of the CPU demo's step) and only the
-roots keep an always_call forward hook, which sees an OOM passing through a forward even when the
+roots that hold other modules keep an always_call forward hook, which sees an OOM passing through a forward even when the
 trainer catches it. sys.excepthook sees an OOM nobody catches; the autograd.backward wrapper one in
 backward. Stdlib and torch only, like _sweep_probe.
 """
@@ -27,6 +28,7 @@ import weakref
 from _sweep_probe_oom import OOM_MESSAGES, OomRecords, callers_frames, is_oom  # noqa: F401 - OOM_MESSAGES: a public name here too
 
 WATCH_DEPTH = 3  # backward is followed into modules this deep in the running stack (_watch_backward)
+
 
 class ModuleAndOomHooks(OomRecords):
     """The module, backward, OOM-observer and excepthook hooks of the probe (mixed into Probe)."""
