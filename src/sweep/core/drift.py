@@ -72,7 +72,10 @@ class Drift:
         if self.exceeded:
             return (f"drift: re-timed {pairs}: run-to-run noise {self.seen:.1%} seen, above the {self.assumed:.1%} assumed; "
                     f"confidence scored with {self.noise:.1%} (its upper {SCORED_BOUND:.0%} bound on {self.dof} degree(s) of freedom)")
-        return f"drift check: re-timed {pairs}: within the {self.assumed:.1%} run-to-run noise assumed"
+        # The noise seen beside the assumed one: a pair that moved by more than the assumption can still be chance
+        # on so few degrees of freedom, and the line must not read as if it had not moved.
+        return (f"drift check: re-timed {pairs}: run-to-run noise {self.seen:.1%} seen on {self.dof} degree(s) of freedom, "
+                f"not beyond chance above the {self.assumed:.1%} assumed")
 
     def record(self) -> dict:
         """recommendation.yaml's `drift` block."""
