@@ -176,21 +176,17 @@ class OomRecords:
 
     def _parameter_owners(self) -> dict[int, tuple]:
         """id(parameter) -> (weak reference to it, its module's path), over the named and root modules."""
-        owners: dict[int, tuple] = {}
-        for module, path in list(self.names.items()):
-            for parameter in module._parameters.values():
-                if parameter is not None:
-                    owners.setdefault(id(parameter), (weakref.ref(parameter), path))
+        paths = list(self.names.items())  # named first: their paths win
         for root in list(getattr(self, "roots", ())):
             prefix = self.module_path(root)
             held = prefix != type(root).__name__  # a root no other module holds: its children's paths start at it
-            for name, module in root.named_modules():
-                path = (f"{prefix}.{name}" if held else name) if name else prefix
-                for parameter in module._parameters.values():
-                    if parameter is not None:
-                        owners.setdefault(id(parameter), (weakref.ref(parameter), path))
+            paths += [(module, (f"{prefix}.{name}" if held else name) if name else prefix) for name, module in root.named_modules()]
+        owners: dict[int, tuple] = {}
+        for module, path in paths:
+            for parameter in module._parameters.values():
+                if parameter is not None:
+                    owners.setdefault(id(parameter), (weakref.ref(parameter), path))
         return owners
-
 
 
 def _frames_of_traceback(tb) -> list:
