@@ -126,11 +126,21 @@ def interrupt_while_starting(cwd: Path, delay_s: float) -> subprocess.CompletedP
         if line.rstrip().endswith("| sweep"):  # importtime's line for the package itself: sweep's code runs from here
             break
     time.sleep(delay_s)
+    # What the kernel says of the child's SIGINT as it is sent (blocked, ignored, caught), for a failure's message.
+    signal_state = _signal_lines(proc.pid)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     err = "".join(x for x in ("".join(seen) + err).splitlines(keepends=True) if not x.startswith("import time:"))
     shutil.rmtree(cwd / "s", ignore_errors=True)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err + f"\n[signal state when sent: {signal_state}]")
+
+
+def _signal_lines(pid: int) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError as e:
+        return f"unreadable: {e}"
+    return " ".join(line.replace("\t", "") for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd")))
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.1, 0.2, 0.3, 0.6])
@@ -141,6 +151,23 @@ def test_ctrl_c_while_starting_up_prints_no_traceback(tmp_path, delay_s):
     assert "Traceback" not in out + err, err
     assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, out, err)
     assert proc.returncode == -signal.SIGINT or "interrupted" in out + err, (out, err)
+
+
+@pytest.mark.parametrize(
+    ("orig_argv", "is_cli"),
+    [
+        (["python", "-m", "sweep", "+machine=cpu2"], True),
+        (["python", "-X", "importtime", "-m", "sweep"], True),
+        (["python", "-m", "sweep.logs", "train.log"], False),
+        (["python", "-m", "sweep.workloads.rnnt.train"], False),
+    ],
+)
+def test_only_the_cli_itself_exits_at_once_on_ctrl_c_while_starting(monkeypatch, orig_argv, is_cli):
+    """A user's `python -m sweep.workloads.rnnt.train` keeps Python's own KeyboardInterrupt."""
+    from sweep import startup
+
+    monkeypatch.setattr(sys, "orig_argv", orig_argv)
+    assert startup.runs_as_the_cli() is is_cli
 
 
 def test_a_sweep_json_that_is_a_fifo_does_not_hang_resume(tmp_path):

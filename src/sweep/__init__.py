@@ -14,18 +14,12 @@ from typing import Any
 __version__ = "0.1.0"
 
 if sys.argv[:1] == ["-m"]:
-    # `python -m sweep...` while runpy still locates __main__ (argv[0] is "-m" only then): a Ctrl-C
-    # here would be a traceback from runpy. One line instead; sweep.cli.main puts Python's own
-    # handler back as it starts, and nothing has been written yet.
-    import os
-    import signal
+    # `python -m sweep...` while runpy still locates __main__ (argv[0] is "-m" only then): from here
+    # until sweep first writes, a Ctrl-C ends the process with one line (sweep/startup.py).
+    from sweep import startup
 
-    def _interrupted_while_starting(signum: int, frame: Any) -> None:
-        os.write(2, b"sweep: interrupted\n")
-        os._exit(130)
+    startup.install()
 
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored SIGINT stays ignored
-        signal.signal(signal.SIGINT, _interrupted_while_starting)
 __all__ = ["load", "compare", "run_to_run", "__version__"]
 
 

@@ -32,7 +32,9 @@ def _task(cfg: Any) -> None:
     from sweep.core.schema import trial_dir
     from sweep.launch.job import run_job
     from sweep.orchestration.plan import make_plan
+    from sweep.startup import over
 
+    over()  # the trial writes from here: a Ctrl-C is its own to handle
     sweep_dir = Path(HydraConfig.get().runtime.output_dir).absolute()
     plan = make_plan(cfg, [], sweep_dir)
     cand = next(c for c in plan.candidates if c.valid)
@@ -133,10 +135,6 @@ def help_text() -> str:
 
 
 def main() -> int:
-    import signal
-
-    if getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_interrupted_while_starting" and threading_main():
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # sweep/__init__.py's, for runpy's moments
     if any(a in ("--help", "-h") for a in sys.argv[1:]):
         print(help_text())
         return 0
@@ -148,7 +146,7 @@ def main() -> int:
     try:
         return _main(debug)
     except KeyboardInterrupt:
-        # Ctrl-C while Hydra and the orchestrator are still being imported: no traceback either.
+        # Ctrl-C in a caller's process (no sweep/startup.py handler there): no traceback either.
         print("sweep: interrupted", file=sys.stderr)
         return 130
     finally:
@@ -189,12 +187,6 @@ def _main(debug: bool) -> int:
         print(f"sweep: error: {one_line_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
     return orchestrator.exit_code
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def user_fixable(exc: BaseException) -> bool:

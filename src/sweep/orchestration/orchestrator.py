@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from sweep import workloads
+from sweep import startup, workloads
 from sweep.core.config import run_to_run_noise
 from sweep.core.ranking import build_table, confidence_view, recommendation, recommendation_line, table_csv
 from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, point_latest, trial_dir
@@ -79,6 +79,7 @@ def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25
         exit_code = 0
         return exit_code
     check_runnable_here(plan)  # before any dir is made: a refusal writes nothing
+    startup.over()  # a Ctrl-C from here on is the sweep's to clean up, not an instant exit
     with removed_if_refused(plan.sweep_dir if dir_given(cfg) else default_dir) as made:
         if not dir_given(cfg):
             # The default dir is named by the second: a sweep started in the same second by

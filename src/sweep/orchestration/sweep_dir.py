@@ -88,14 +88,14 @@ def claim_fresh_dir(sweep_dir: Path) -> Path:
 
 @contextmanager
 def removed_if_refused(sweep_dir: Path) -> Iterator[list[Path]]:
-    """On a SweepError inside, remove the dirs made for this sweep while they hold nothing but
+    """On a SweepError (or a Ctrl-C) inside, remove the dirs made for this sweep while they hold nothing but
     its lock file: sweep_dir and its parents that did not exist on entry, and any dir the
     caller adds to the yielded list (a claimed -2 sibling). A refused sweep leaves nothing
     behind, not even an empty dated dir."""
     made = [p for p in (sweep_dir, *sweep_dir.parents) if not p.exists()]
     try:
         yield made
-    except SweepError:
+    except (SweepError, KeyboardInterrupt):
         for path in sorted(set(made), key=lambda p: len(p.parts), reverse=True):
             _remove_if_unused(path)
         raise
