@@ -6,6 +6,7 @@ test where a worker is free, except tests that share something costly, which one
 a module whose tests share a module fixture that runs sweeps or trials would otherwise run it on every worker."""
 
 import os
+import signal
 
 import pytest
 from slurm_cluster import slurm_cluster  # noqa: F401  (a session fixture used by the Slurm tests)
@@ -17,6 +18,17 @@ SHARED_MODULE_FIXTURES = {
     "test_fingerprint.py": "finished",  # one finished sweep the refusals are tried against
     "test_memory.py": "real_ooms",  # real OOMs in one subprocess
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Children get the SIGINT a terminal's foreground job has, however pytest itself was started.
+
+    A pytest started as a background job of a script (`python -m pytest &`) inherits SIGINT ignored,
+    and an ignored signal passes through exec: every sweep a test starts would then ignore the
+    Ctrl-C the test sends, as sweep must (tests/test_sweep_dir.py). A Python handler here becomes
+    SIG_DFL in an exec'd child. Each xdist worker runs this too."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # tryfirst: pytest-xdist's own hook reads the xdist_group marks to name each test's group; they must be there by then.

@@ -6,6 +6,7 @@ are never overwritten or replaced.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -135,6 +137,16 @@ def interrupt_while_starting(cwd: Path, delay_s: float) -> subprocess.CompletedP
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err + f"\n[signal state when sent: {signal_state}]")
 
 
+@contextlib.contextmanager
+def sigint_ignored_in_children() -> Iterator[None]:
+    """Children started inside begin with SIGINT ignored, as a script's background job does (an ignored signal passes through exec)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _signal_lines(pid: int) -> str:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -168,6 +180,29 @@ def test_only_the_cli_itself_exits_at_once_on_ctrl_c_while_starting(monkeypatch,
 
     monkeypatch.setattr(sys, "orig_argv", orig_argv)
     assert startup.runs_as_the_cli() is is_cli
+
+
+def test_a_sweep_started_with_sigint_ignored_keeps_it_ignored_and_sigterm_still_stops_it(tmp_path):
+    """`python -m sweep &` from a script: the terminal's Ctrl-C belongs to the foreground job, as for Python itself."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "FAULT_DELAY_S": "30"}
+    with sigint_ignored_in_children():
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sweep", "hydra.sweep.dir=s", *COMMAND],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "sweep s-" in line:  # the orchestrator's first line: its stop handlers are in place
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert proc.poll() is None, "".join(seen)
+    proc.terminate()
+    out = "".join(seen) + proc.communicate(timeout=60)[0]
+    assert proc.returncode == 143, out
+    assert "terminated:" in out and "Traceback" not in out, out
 
 
 def test_a_sweep_json_that_is_a_fifo_does_not_hang_resume(tmp_path):

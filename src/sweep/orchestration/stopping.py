@@ -41,7 +41,10 @@ class StopSignals:
             self.hurry = True
 
     def __enter__(self) -> StopSignals:
-        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in HANDLED}
+        # A signal ignored from the start stays ignored, as in Python and the shells: a sweep run as
+        # `python -m sweep &` from a script inherits SIGINT ignored, so the terminal's Ctrl-C is the
+        # foreground job's alone; SIGTERM still stops it.
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in HANDLED if signal.getsignal(sig) is not signal.SIG_IGN}
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
