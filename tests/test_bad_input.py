@@ -251,12 +251,12 @@ def run_main_in_process(args: list[str], monkeypatch) -> int:
 
 def test_a_bug_shows_its_traceback_and_where_to_report_it(tmp_path, monkeypatch, capsys):
     from sweep.cli.main import BUG_LINE
-    from sweep.orchestration import orchestrator
+    from sweep.orchestration import entry
 
     def broken(plan):
         return {}["no such key"]  # a bug in sweep, not in anything the user gave
 
-    monkeypatch.setattr(orchestrator, "dry_run_text", broken)
+    monkeypatch.setattr(entry, "dry_run_text", broken)
     code = run_main_in_process(["dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}"], monkeypatch)
     err = capsys.readouterr().err
     assert code == 1

@@ -26,7 +26,7 @@ class SweepSweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         # Deferred so that Hydra's plugin discovery stays fast.
-        from sweep.orchestration.orchestrator import run_from_hydra
+        from sweep.orchestration.entry import run_from_hydra
 
         assert self.config is not None
         return run_from_hydra(self.config, arguments, poll_interval_s=self.poll_interval_s)

@@ -162,7 +162,7 @@ def _main(debug: bool) -> int:
     from sweep.cli.config import register_configs
 
     register_configs()
-    from sweep.orchestration import orchestrator
+    from sweep.orchestration import entry
 
     app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="sweep")(_task)
     try:
@@ -186,7 +186,7 @@ def _main(debug: bool) -> int:
             raise
         print(f"sweep: error: {one_line_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    return orchestrator.exit_code
+    return entry.exit_code
 
 
 def user_fixable(exc: BaseException) -> bool:

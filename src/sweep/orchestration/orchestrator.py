@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from sweep import startup, workloads
+from sweep import workloads
 from sweep.core.config import run_to_run_noise
 from sweep.core.ranking import build_table, confidence_view, recommendation, recommendation_line, table_csv
 from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, point_latest, trial_dir
@@ -32,27 +32,17 @@ from sweep.errors import SweepError
 from sweep.launch import backend as backends
 from sweep.launch.ended import ended_job_result, forget_ended
 from sweep.orchestration.display import Display, landed_line, scaling_lines
-from sweep.orchestration.plan import META_FILE, SweepPlan, make_plan, sweep_record
-from sweep.orchestration.preflight import check_runnable_here, dry_run_text, local_cuda_devices
+from sweep.orchestration.plan import META_FILE, SweepPlan, sweep_record
+from sweep.orchestration.preflight import local_cuda_devices
 from sweep.orchestration.racing import Predictions, Racing, plan_stop_steps
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
-from sweep.orchestration.sweep_dir import (
-    claim_fresh_dir,
-    dir_given,
-    first_free,
-    remove_stale_temp_files,
-    removed_if_refused,
-    set_sweep_dir,
-    sweep_dir_of,
-)
+from sweep.orchestration.sweep_dir import remove_stale_temp_files
 
 TABLE_FILE = "trials.csv"
 RECOMMENDATION_FILE = "recommendation.yaml"
 LOCK_FILE = ".sweep.lock"
 # OSError numbers that mean "this sweep dir cannot be written": a clear error, not a traceback.
 _CANNOT_WRITE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
-# Hydra's entry point discards the Sweeper's return value; `python -m sweep` exits with this.
-exit_code = 0
 
 
 @dataclass
@@ -64,41 +54,6 @@ class InFlight:
     timed_out: bool = False
     cancelled: bool = False
     gpus: tuple[int, ...] | None = None  # the local device group this trial holds
-
-
-def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25) -> int:
-    """Entry from the Hydra Sweeper: build the plan, then run it (or just show it)."""
-    global exit_code
-    sweep_dir = default_dir = sweep_dir_of(cfg)
-    if not dir_given(cfg) and sweep_dir.exists():
-        sweep_dir = first_free(default_dir)
-        set_sweep_dir(cfg, sweep_dir)
-    plan = make_plan(cfg, arguments, sweep_dir)
-    if plan.dry_run:
-        print(dry_run_text(plan))
-        exit_code = 0
-        return exit_code
-    check_runnable_here(plan)  # before any dir is made: a refusal writes nothing
-    startup.over()  # a Ctrl-C from here on is the sweep's to clean up, not an instant exit
-    with removed_if_refused(plan.sweep_dir if dir_given(cfg) else default_dir) as made:
-        if not dir_given(cfg):
-            # The default dir is named by the second: a sweep started in the same second by
-            # someone else must not share (and resume) it. mkdir is the atomic claim.
-            claimed = claim_fresh_dir(default_dir)
-            made.append(claimed)
-            if claimed != sweep_dir:
-                set_sweep_dir(cfg, claimed)
-                plan = make_plan(cfg, arguments, claimed)
-        strategy = None
-        if plan.screen:  # one-rank screening first; the full trials then confirm its leaders
-            from sweep.orchestration.screening import run_screening
-
-            strategy, code = run_screening(plan, lambda sub: Orchestrator(sub, poll_interval_s=poll_interval_s))
-            if strategy is None:
-                exit_code = code
-                return exit_code
-        exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s, strategy=strategy).run()
-    return exit_code
 
 
 class Orchestrator:
