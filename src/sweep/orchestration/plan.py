@@ -1,15 +1,13 @@
 """Turn a composed config plus the multirun overrides into a checked sweep plan.
 
-Everything a user can get wrong is checked here, before a directory is made or a
-job is launched, and reported as one SweepError line naming the value and what
-would be valid.
+Everything a user can get wrong is checked here (the config's values by
+orchestration/config_checks.py), before a directory is made or a job is launched,
+and reported as one SweepError line naming the value and what would be valid.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 import shlex
 import sys
 import uuid
@@ -19,17 +17,27 @@ from pathlib import Path
 from typing import Any
 
 from sweep import workloads
-from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig, memory_margin
+from sweep.core.config import MachineConfig, TrialConfig, memory_margin
 from sweep.core.fingerprint import differences, fingerprint, fingerprint_values, restoring_overrides
 from sweep.core.ranking import SweepMeta
 from sweep.core.schema import now_iso
-from sweep.core.space import Candidate, SpaceError, check_positive_int, enumerate_candidates
+from sweep.core.space import Candidate, SpaceError, enumerate_candidates
 from sweep.core.spec import TrialSpec
 from sweep.errors import SweepError
-from sweep.resources import config_options
+from sweep.orchestration.config_checks import (
+    check_known_keys,
+    check_launcher_text,
+    check_machine,
+    check_no_schema_choice,
+    check_trial,
+    launcher_node,
+    plain,
+    positive,
+    resolved_screen,
+    typed,
+)
 
 SWEEPABLE = ("accum", "split")
-DEVICES = ("cpu", "cuda")
 
 
 @dataclass
@@ -91,10 +99,10 @@ def _throughput_meta(workload: Any, splits_apply: bool) -> dict[str, Any]:
 
     if not hasattr(workload, "parser"):  # the built-in workload times its own steps: samples/s
         return {"splits_apply": splits_apply}
-    settings = parser_settings(_plain(workload.parser))  # validated already by the workload
+    settings = parser_settings(plain(workload.parser))  # validated already by the workload
     figure = settings.prefer[0] if settings.prefer else settings.parser_spec.get("unit", SAMPLES_PER_S)
     unit = output_unit(figure, BatchContext(tokens_per_sample=settings.tokens_per_sample), settings.throughput_unit)
-    argv = list(_plain(getattr(workload, "argv", None)) or [])
+    argv = list(plain(getattr(workload, "argv", None)) or [])
     return {"parser": settings.type, "throughput_unit": unit, "splits_apply": splits_apply, "flags_template": flags_template(settings.type, argv)}
 
 
@@ -146,46 +154,46 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     from sweep.launch.backend import check_task_layout, cluster_of
 
     swept, fixed = split_overrides(arguments)
-    _check_no_schema_choice(cfg)
-    launcher = OmegaConf.to_container(_launcher_node(cfg), resolve=True)
+    check_no_schema_choice(cfg)
+    launcher = OmegaConf.to_container(launcher_node(cfg), resolve=True)
     assert isinstance(launcher, dict)
     check_launcher_text(launcher)
     workload_kind = workloads.get(cfg.workload.get("name"))
-    _check_known_keys(cfg, workload_kind.schema)
+    check_known_keys(cfg, workload_kind.schema)
     # Typed from here on: the composed nodes become their schemas' dataclasses.
-    machine = _typed(cfg.machine, MachineConfig)
-    trial = _typed(cfg.trial, TrialConfig)
-    as_configured = _typed(cfg.workload, workload_kind.schema)
+    machine = typed(cfg.machine, MachineConfig)
+    trial = typed(cfg.trial, TrialConfig)
+    as_configured = typed(cfg.workload, workload_kind.schema)
     # What only this host knows (the start directory) goes into the plan; the fingerprint keeps the
     # configured value, so a sweep resumed from another directory is still the same sweep.
     workload = workload_kind.at_edge(as_configured)
 
-    _check_machine(machine)
+    check_machine(machine)
     # One task per device, or one launcher per node for a workload whose own launcher starts the ranks.
     launcher = check_task_layout(launcher, machine.num_devices, machine.nodes, one_launcher_per_node=workload_kind.one_launcher_per_node)
     # Resolved before the fingerprint, so that a sweep records (and a rerun compares) the margin it used.
     trial = replace(trial, memory_margin=memory_margin(trial, machine))
-    _check_trial(trial)
+    check_trial(trial)
     context = workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=bool(cfg.dry_run), device=str(machine.device))
     workload_kind.validate(workload, context)
     if not workload_kind.splits_apply(workload):
         # The script has no batch_split_factor: the space is accum alone.
-        if any(v != 1 for v in swept.get("split", [])) or _plain(cfg.split) not in (None, 1, [1]):
+        if any(v != 1 for v in swept.get("split", [])) or plain(cfg.split) not in (None, 1, [1]):
             raise SweepError(
                 "split cannot be swept: this workload sets splits_apply=false or its command uses neither {split} nor {joint_batch} "
                 "(its script has no batch_split_factor); drop split="
             )
         swept["split"] = [1]
-    max_in_flight = _positive("max_in_flight", cfg.max_in_flight)
+    max_in_flight = positive("max_in_flight", cfg.max_in_flight)
     search = str(cfg.search.name)
-    max_trials = None if cfg.search.max_trials is None else _positive("search.max_trials", cfg.search.max_trials)
+    max_trials = None if cfg.search.max_trials is None else positive("search.max_trials", cfg.search.max_trials)
 
     try:
         candidates = enumerate_candidates(
             cfg.global_batch_size,
             machine.num_devices,
-            knob_values("accum", swept, _plain(cfg.accum)),
-            knob_values("split", swept, _plain(cfg.split)),
+            knob_values("accum", swept, plain(cfg.accum)),
+            knob_values("split", swept, plain(cfg.split)),
         )
     except SpaceError as e:
         raise SweepError(str(e)) from None
@@ -236,7 +244,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
         racing=bool(cfg.search.get("racing", True)),
         drift_check=bool(cfg.search.get("drift_check", True)),
         measure_to_decision=bool(cfg.search.get("measure_to_decision", True)),
-        screen=_screens(cfg.search.get("screen", "auto"), machine),
+        screen=resolved_screen(cfg.search.get("screen", "auto"), machine),
         overrides=list(arguments),
         fingerprint_values=values,
         fingerprint=fingerprint(values),
@@ -323,142 +331,3 @@ def _command_of(argv: Any) -> list[str] | None:
 def new_sweep_id(sweep_dir: Path) -> str:
     """Unique across hosts and dirs of the same name (two hosts' outputs/run1 are two sweeps)."""
     return f"{sweep_dir.name}-{uuid.uuid4().hex[:8]}"
-
-
-def _check_no_schema_choice(cfg: Any) -> None:
-    """The typed schemas share the config groups with the YAML options (search=search_schema
-    composes), but they are not choices: search_schema would silently run a grid."""
-    try:
-        choices = dict(cfg.hydra.runtime.choices)
-    except Exception:  # noqa: BLE001 - hydra.mode=RUN, or a config without Hydra's node: nothing chosen
-        return
-    for group, choice in choices.items():
-        if isinstance(choice, str) and choice.endswith("_schema") and not str(group).startswith("hydra"):
-            raise SweepError(f"{group}={choice} is not a valid {group}: it is the typed schema {group} options build on; choose one of {', '.join(config_options(group))}")
-
-
-def _typed(node: Any, schema: type) -> Any:
-    """A composed config node as its schema's dataclass (resolving interpolations)."""
-    from omegaconf import OmegaConf
-
-    if OmegaConf.get_type(node) is schema:
-        return OmegaConf.to_object(node)
-    data = OmegaConf.to_container(node, resolve=True)
-    assert isinstance(data, dict)
-    return schema(**data)
-
-
-def _launcher_node(cfg: Any) -> Any:
-    """hydra.launcher: in the Sweeper's config, or (hydra.mode=RUN) from Hydra's global state."""
-    if "hydra" in cfg:
-        return cfg.hydra.launcher
-    from hydra.core.hydra_config import HydraConfig
-
-    return HydraConfig.get().launcher
-
-
-def _plain(value: Any) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-
-
-def _positive(name: str, value: Any) -> int:
-    try:
-        return check_positive_int(name, value)
-    except SpaceError as e:
-        raise SweepError(str(e)) from None
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def check_launcher_text(value: Any, key: str = "hydra.launcher") -> None:
-    """Refuse a control character in any launcher string: submitit writes them into the sbatch
-    script line by line, so "gpu\ntouch /tmp/x #" as a partition would be a shell line of its own."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            check_launcher_text(k, f"{key} key")  # additional_parameters' keys are written as #SBATCH --key
-            check_launcher_text(v, f"{key}.{k}")
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            check_launcher_text(v, f"{key}[{i}]")
-    elif isinstance(value, str) and _CONTROL.search(value):
-        char = _CONTROL.search(value).group()  # type: ignore[union-attr]
-        raise SweepError(
-            f"{key}={value!r} contains the control character {char!r}: launcher settings are written into the "
-            "job script, one per line; give it without newlines, tabs or other control characters"
-        )
-
-
-def _is_number(value: Any) -> bool:
-    """An int or a float, not a bool (to Python, True is the int 1)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_machine(machine: MachineConfig) -> None:
-    if machine.device not in DEVICES:
-        raise SweepError(f"machine.device={machine.device!r} is not valid: expected one of {', '.join(DEVICES)}")
-    num, nodes = _positive("machine.num_devices", machine.num_devices), _positive("machine.nodes", machine.nodes)
-    if num % nodes:
-        raise SweepError(f"machine.num_devices={num} is not divisible by machine.nodes={nodes}: each node runs the same number of ranks")
-    mem = machine.memory_gib
-    if not _is_number(mem) or not math.isfinite(mem) or mem <= 0:
-        raise SweepError(f"machine.memory_gib={mem!r} is not valid: expected a positive number of GiB")
-    if machine.cpu_threads is not None:
-        _positive("machine.cpu_threads", machine.cpu_threads)
-    noise = machine.run_to_run_noise
-    if noise is not None and (not _is_number(noise) or not 0 <= noise < 0.5):  # nan and inf fail the range too
-        raise SweepError(
-            f"machine.run_to_run_noise={noise!r} is not valid: expected a relative sd in [0, 0.5), e.g. 0.01, or null for the device's default"
-        )
-
-
-def _screens(mode: Any, machine: MachineConfig) -> bool:
-    """search.screen resolved: auto screens CUDA sweeps of more than one device; on screens any."""
-    from sweep.core.screening import SCREEN_MODES, screens
-
-    if mode not in SCREEN_MODES:
-        raise SweepError(f"search.screen={mode!r} is not valid: expected one of {', '.join(SCREEN_MODES)}")
-    if mode == "auto" and machine.device != "cuda":
-        return False
-    return screens(str(mode), int(machine.num_devices))
-
-
-def _check_known_keys(cfg: Any, workload_schema: type) -> None:
-    """Hydra's `+key=value` adds a key even to a typed config, so a typo such as
-    `+trial.time_limit=60` would be ignored without a word: refuse keys no schema has."""
-    from dataclasses import fields
-
-    levels = [
-        ("", cfg, SweepConfig),
-        ("machine", cfg.machine, MachineConfig),
-        ("trial", cfg.trial, TrialConfig),
-        ("search", cfg.search, SearchConfig),
-        ("workload", cfg.workload, workload_schema),
-    ]
-    for prefix, node, schema in levels:
-        known = [f.name for f in fields(schema)]
-        for key in node.keys():
-            if key not in known and not (prefix == "" and key == "hydra"):
-                name = f"{prefix}.{key}" if prefix else str(key)
-                raise SweepError(f"{name} is not a known key: valid keys{' under ' + prefix if prefix else ''}: {', '.join(known)}")
-
-
-def _check_trial(trial: TrialConfig) -> None:
-    from sweep.core.measure import check_trial_settings
-
-    _positive("trial.measure_steps", trial.measure_steps)
-    try:
-        check_trial_settings(trial)  # target_precision in (0, 0.5), max_measure_steps >= measure_steps
-    except ValueError as e:
-        raise SweepError(str(e)) from None
-    warmup = trial.warmup_steps
-    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-        raise SweepError(f"trial.warmup_steps={warmup!r} is not valid: expected an integer >= 0")
-    limit = trial.time_limit_s
-    if not _is_number(limit) or not math.isfinite(limit) or not limit > 0:  # inf overflowed the executor's minutes
-        raise SweepError(f"trial.time_limit_s={limit!r} is not valid: expected a finite positive number of seconds")
-    margin = trial.memory_margin
-    if not _is_number(margin) or not 0 <= margin < 0.5:
-        raise SweepError(f"trial.memory_margin={margin!r} is not valid: expected a fraction of device memory in [0, 0.5), e.g. 0.1, or null for the device's default")
