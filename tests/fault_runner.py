@@ -4,7 +4,7 @@ With SWEEP_FAULT_SLOW_FSYNC=NAME:SECONDS (e.g. trials.csv:0.3), the orchestrator
 writes of files called NAME wait SECONDS between writing the temp file and renaming it into
 place (as on a slow disk), so a test can SIGKILL it while that file is being written: its
 temp file, .NAME.*.tmp, exists exactly then. Nothing else changes: the real
-results.atomic_write_text runs, only its os.fsync is slowed. Trial jobs are unaffected.
+sweep.records.atomic_write_text runs, only its os.fsync is slowed. Trial jobs are unaffected.
 """
 
 import os
@@ -13,7 +13,7 @@ import time
 
 
 def _slow_fsync(name: str, delay_s: float) -> None:
-    import sweep.core.schema as results
+    import sweep.records as results
 
     real = results.os
 

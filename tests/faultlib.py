@@ -26,7 +26,8 @@ from typing import Any
 import yaml
 
 from sweep.core.ranking import TABLE_COLUMNS
-from sweep.core.schema import ALL_STATUSES, RESULT_FILE, ResultError, read_trial_record
+from sweep.core.schema import ALL_STATUSES, RESULT_FILE, ResultError
+from sweep.records import read_trial_record
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "fake_train.py"

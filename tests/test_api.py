@@ -18,9 +18,10 @@ from sweep.analysis import api
 from sweep.analysis.api import LoadError, load
 from sweep.analysis.compare import COMPARE_COLUMNS, compare
 from sweep.core.ranking import TABLE_COLUMNS, SweepMeta, build_table, recommendation, table_csv
-from sweep.core.schema import ALL_STATUSES, FAILED, OK, OOM, OOM_PHASES, TrialResult, trial_dir, write_result
+from sweep.core.schema import ALL_STATUSES, FAILED, OK, OOM, OOM_PHASES, TrialResult, trial_dir
 from sweep.core.space import enumerate_candidates
 from sweep.core.stats import throughput_summary
+from sweep.records import write_result
 
 GOLDEN = Path(__file__).parent / "golden" / "trials_header.csv"
 
@@ -345,7 +346,7 @@ def test_files_are_written_with_the_users_umask(tmp_path):
     import os
     import stat
 
-    from sweep.core.schema import atomic_write_text
+    from sweep.records import atomic_write_text
 
     old = os.umask(0o022)
     try:

@@ -9,11 +9,12 @@ from dataclasses import make_dataclass, replace
 import pytest
 
 from sweep.core.decision import FIT_KNOWN_STEPS, Running, ahead_after_steps, decision_stop, decision_stops, tie_band, tied
-from sweep.core.measure import STOP_FILE, progress_record, write_progress
+from sweep.core.measure import STOP_FILE, progress_record
 from sweep.core.schema import Status, TrialResult, trial_dir
 from sweep.core.space import enumerate_candidates
 from sweep.core.stats import throughput_summary
 from sweep.orchestration.racing import Racing, plan_ahead_steps
+from sweep.records import write_progress
 
 GBS = 64
 PAIRS = {c.key: c for c in enumerate_candidates(GBS, 1, None, None) if c.valid}

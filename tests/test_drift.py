@@ -110,7 +110,7 @@ def test_a_sweep_whose_pairs_drift_scores_with_the_noise_seen(tmp_path) -> None:
     import yaml
 
     from sweep.analysis.api import load
-    from sweep.core.schema import read_trial_record
+    from sweep.records import read_trial_record
 
     script = tmp_path / "drifting_train.py"
     script.write_text(DRIFTING)

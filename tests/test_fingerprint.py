@@ -115,7 +115,8 @@ from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 
-from sweep.core.schema import ResultError, TrialResult, collect_results, read_result, write_result  # noqa: E402
+from sweep.core.schema import ResultError, TrialResult  # noqa: E402
+from sweep.records import collect_results, read_result, write_result  # noqa: E402
 
 FAKE = Path(__file__).with_name("fake_train.py")
 COMMAND = [

@@ -15,10 +15,11 @@ import submitit
 from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
 
 from sweep.core.config import MachineConfig, TrialConfig
-from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, read_trial_record, write_ended, write_result
+from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult
 from sweep.core.spec import TrialSpec
 from sweep.errors import SweepError
 from sweep.launch import backend
+from sweep.records import read_trial_record, write_ended, write_result
 from sweep.workloads.command.config import CommandWorkloadConfig
 
 

@@ -135,6 +135,35 @@ def test_the_core_imports_only_the_core_and_errors() -> None:
         assert not outside, f"{module} imports {sorted(outside)}"
 
 
+# What the core may not touch: the file system and other processes (sweep/records.py reads and writes the records).
+IO_MODULES = {"os", "tempfile", "shutil", "subprocess", "socket", "glob", "stat"}
+PATH_IO = {"read_text", "write_text", "read_bytes", "write_bytes", "mkdir", "unlink", "rmdir", "iterdir", "glob", "rglob",
+           "exists", "is_file", "is_dir", "symlink_to", "touch", "open"}
+
+
+def file_system_uses(path: Path) -> list[str]:
+    """Imports of I/O modules, open() calls and pathlib I/O calls in a module, as `line: what`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in IO_MODULES]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in IO_MODULES:
+            found.append(f"{node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "open" or isinstance(func, ast.Attribute) and func.attr in PATH_IO:
+                found.append(f"{node.lineno}: {ast.unparse(func)}()")
+    return found
+
+
+def test_the_core_does_no_io() -> None:
+    """docs/development.md: the core is plain functions on typed data, no I/O."""
+    uses = {m: file_system_uses(modules()[m]) for m in core_modules()}
+    assert {m: u for m, u in uses.items() if u} == {}
+    # The check itself finds what it looks for (the records module is all I/O).
+    assert any("os.replace()" in u or "import os" in u for u in file_system_uses(PACKAGE / "records.py"))
+
+
 def exception_classes(path: Path) -> list[str]:
     tree = ast.parse(path.read_text())
     return [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)

@@ -12,7 +12,8 @@ import torch
 from test_trial import JOINT_HOG, make_spec
 
 from sweep import probe
-from sweep.core.schema import RESULT_FILE, Status, read_result
+from sweep.core.schema import RESULT_FILE, Status
+from sweep.records import read_result
 from sweep.workloads.rnnt.runner import PROBE_SUBDIR, run_trial
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from sweep.core.config import TrialConfig
-from sweep.core.measure import PROGRESS_FILE, STOP_FILE, progress_record, progress_step_times, stop_requested
+from sweep.core.measure import PROGRESS_FILE, STOP_FILE, progress_record
 from sweep.core.ranking import SweepMeta
-from sweep.core.schema import RESULT_FILE, Status, TrialResult, read_result, trial_dir
+from sweep.core.schema import RESULT_FILE, Status, TrialResult, trial_dir
 from sweep.core.space import enumerate_candidates
 from sweep.core.strategies import make_strategy
 from sweep.orchestration.racing import PREDICTED_FILE, Predictions, Racing, leader, losers
+from sweep.records import progress_step_times, read_result, stop_requested
 
 GBS = 64
 
@@ -261,7 +262,7 @@ def test_pairs_predicted_to_oom_are_not_launched_and_shown_with_peak_and_capacit
     capacity 1 GiB: the accum=1 pairs (>= 1.6 GiB) and accum=2 split=1 (1.06 GiB) are not launched."""
     from sweep_run import run_sweep
 
-    from sweep.core.schema import write_result
+    from sweep.records import write_result
 
     sweep_dir = tmp_path / "s"
     script = tmp_path / "steady.py"

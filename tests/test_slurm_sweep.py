@@ -357,9 +357,10 @@ def _oom_without_a_record(spec: Any) -> None:
 
 @pytest.mark.slurm
 def test_job_that_leaves_no_record_is_classified_from_its_slurm_log(slurm_cluster: Any, tmp_path: Path) -> None:
-    from sweep.core.schema import ENDED_FILE, RESULT_FILE, read_result
+    from sweep.core.schema import ENDED_FILE, RESULT_FILE
     from sweep.launch import backend as backends
     from sweep.launch.ended import ended_job_result
+    from sweep.records import read_result
 
     sweep_dir = tmp_path / "s"
     plan = compose_plan(_slurm_args(slurm_cluster, "accum=1", "split=1"), str(sweep_dir))

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from sweep.core.config import MachineConfig, TrialConfig
-from sweep.core.schema import RESULT_FILE, OomPhase, Status, read_result
+from sweep.core.schema import RESULT_FILE, OomPhase, Status
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import median
+from sweep.records import read_result
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 from sweep.workloads.rnnt.runner import run_trial
 

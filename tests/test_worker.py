@@ -15,12 +15,13 @@ import torch
 from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf
 
 from sweep.core.config import MachineConfig, TrialConfig
-from sweep.core.schema import Status, TrialResult, read_trial_record
+from sweep.core.schema import Status, TrialResult
 from sweep.core.spec import TrialSpec
 from sweep.launch import backend
 from sweep.launch.ended import ended_job_result
 from sweep.launch.job import run_job
 from sweep.launch.warm_pool import WarmPool, WarmTrial
+from sweep.records import read_trial_record
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 
 SMALL = RNNTWorkloadConfig(feat_dim=4, frames=8, subsample=2, label_len=3, vocab=6, enc_hidden=8, enc_layers=2, pred_hidden=8, joint_hidden=8)

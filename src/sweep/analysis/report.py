@@ -22,7 +22,7 @@ import pandas as pd
 
 from sweep.analysis import api, compare, export
 from sweep.core.ranking import recommendation_line
-from sweep.core.schema import Status, atomic_write_text
+from sweep.core.schema import Status
 from sweep.core.table import (
     SweepTable,
     interval_cell,
@@ -34,6 +34,7 @@ from sweep.core.table import (
     sweep_table,
 )
 from sweep.errors import ReportError  # defined there; still importable from here
+from sweep.records import atomic_write_text
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:

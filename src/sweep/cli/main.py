@@ -66,8 +66,8 @@ def _stored_argv(sweep_dir: Path) -> list[str]:
     """The command line sweep.json recorded; a SweepError saying what is wrong, and how to go on."""
     import json
 
-    from sweep.core.schema import read_regular_text
     from sweep.errors import SweepError
+    from sweep.records import read_regular_text
 
     meta = sweep_dir / "sweep.json"
     trials = sweep_dir / "trials"

@@ -12,15 +12,16 @@ both intervals must be real 95% intervals (at least MIN_INTERVAL_STEPS steps, as
 the order-statistic interval of fewer steps covers less than 95%), and the gap
 must exceed RACE_MARGIN, the between-trial drift a trial's own step scatter does
 not show (core/confidence.py's TRIAL_FLOOR).
+
+A running trial's progress.json and the orchestrator's stop.json are read and written in
+sweep/records.py; here is only what they hold.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from sweep.core.config import TrialConfig
@@ -112,41 +113,8 @@ def check_trial_settings(trial: TrialConfig) -> None:
         )
 
 
-def stop_requested(trial_dir: str | Path) -> str | None:
-    """The reason in the trial's stop.json, or None while the orchestrator has not asked it to stop."""
-    path = Path(trial_dir) / STOP_FILE
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return "stopped by the orchestrator"  # written atomically, so unreadable means a foreign file: still a request
-    reason = record.get("reason") if isinstance(record, dict) else None
-    return str(reason) if reason else "stopped by the orchestrator"
-
-
 def progress_record(step_times_s: Sequence[float], **extra: Any) -> str:
     """PROGRESS_FILE's text: the timed step times so far (what racing builds the running interval from)."""
     return json.dumps({**extra, "step_times_s": [round(float(t), 6) for t in step_times_s]}) + "\n"
 
 
-def write_progress(trial_dir: str | Path, text: str) -> None:
-    """Replace PROGRESS_FILE atomically, without fsync: it is rewritten every step, a crash may lose it,
-    and a per-step fsync costs milliseconds on a shared file system."""
-    path = Path(trial_dir) / PROGRESS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{PROGRESS_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def progress_step_times(trial_dir: str | Path) -> list[float]:
-    """Timed step times a running trial reported so far; empty when it reported none (or no file yet)."""
-    try:
-        record = json.loads((Path(trial_dir) / PROGRESS_FILE).read_text())
-    except (OSError, ValueError):
-        return []
-    times = record.get("step_times_s") if isinstance(record, dict) else None
-    if not isinstance(times, list):
-        return []
-    return [float(t) for t in times if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0]

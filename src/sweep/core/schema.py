@@ -5,7 +5,8 @@ the trial alone. A job that ended without writing one (killed, cancelled, out of
 memory) gets `<sweep_dir>/trials/<key>/ended.json` instead, same schema, written by the
 orchestrator alone; readers take result.json first, else ended.json. Both are written
 atomically (temp file, fsync, rename) so a reader sees either nothing or the whole record,
-even if the writer is killed mid-write.
+even if the writer is killed mid-write: sweep/records.py reads and writes them; this module
+is the schema alone (no I/O).
 """
 
 from __future__ import annotations
@@ -13,17 +14,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-import errno
-import json
 import math
-import os
-import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweep.errors import NotRegularFileError, ResultError  # defined there; still importable from here
+from sweep.errors import ResultError  # defined there; still importable from here
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"  # written by the trial only
@@ -265,70 +261,6 @@ def check_figures(result: TrialResult) -> TrialResult:
     return result
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write text so that readers see the old file or the new one, never a torn mix."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        # mkstemp makes the file private (0600); on a shared filesystem the group must read results
-        # as it reads submitit's logs, so honour the user's umask like open() would.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
-    os.umask(mask)
-    return mask
-
-
-def write_result(result: TrialResult, trial_dir: Path) -> Path:
-    """Write the trial's record; check_figures() first, so `result` may change status in place."""
-    path = Path(trial_dir) / RESULT_FILE
-    atomic_write_text(path, json.dumps(check_figures(result).to_dict(), indent=2, allow_nan=False) + "\n")
-    return path
-
-
-def read_regular_text(path: Path) -> str:
-    """A regular file's text. Anything else named like it (a FIFO would block the reader
-    forever, a device would never end) raises NotRegularFileError, an OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO with no writer would block open() itself
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegularFileError(errno.EINVAL, "not a regular file", str(path))
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read()
-    finally:
-        os.close(fd)
-    return data.decode("utf-8")
-
-
-def read_result(path: Path) -> TrialResult:
-    path = Path(path)
-    try:
-        data = json.loads(read_regular_text(path))
-    except json.JSONDecodeError as e:
-        raise ResultError(f"{path}: not valid JSON ({e.msg}: line {e.lineno} column {e.colno}); the trial was cut off") from None
-    except UnicodeDecodeError as e:
-        raise ResultError(f"{path}: not valid JSON (not UTF-8 text at byte {e.start}); the trial was cut off") from None
-    except NotRegularFileError:
-        raise ResultError(f"{path}: not a regular file (a FIFO, device or socket); the file is not a trial's record") from None
-    if not isinstance(data, dict):
-        raise ResultError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return TrialResult.from_dict(data, source=str(path))
-
-
 def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -337,85 +269,3 @@ def trial_dir(sweep_dir: Path, key: str) -> Path:
     return Path(sweep_dir) / "trials" / key
 
 
-def read_trial_record(tdir: Path) -> TrialResult | None:
-    """One trial's record: its own result.json, else the orchestrator's ended.json; None if neither exists.
-
-    The orchestrator removes ended.json whenever it submits the trial again, so an ended.json
-    about another job than result.json's is the newer news (result.json is then a cancelled
-    run's). A result.json that cannot be read also falls back to ended.json, where the
-    orchestrator says how that job ended; with no ended.json its ResultError is raised.
-    """
-    own, ended = Path(tdir) / RESULT_FILE, Path(tdir) / ENDED_FILE
-    fallback = read_result(ended) if ended.exists() else None
-    if not own.exists():
-        return fallback
-    try:
-        res = read_result(own)
-    except ResultError:
-        if fallback is None:
-            raise
-        return fallback
-    if fallback is not None and res.job_id and fallback.job_id and fallback.job_id != res.job_id:
-        return fallback
-    return res
-
-
-def write_ended(result: TrialResult, tdir: Path) -> Path:
-    """The orchestrator's record of a job that ended without writing its own."""
-    path = Path(tdir) / ENDED_FILE
-    atomic_write_text(path, json.dumps(check_figures(result).to_dict(), indent=2, allow_nan=False) + "\n")
-    return path
-
-
-def collect_results(sweep_dir: Path, errors: dict[str, str] | None = None, fingerprint: str | None = None) -> dict[str, TrialResult]:
-    """Every finished, readable trial record in a sweep dir, by candidate key.
-
-    A record is only taken from its own place: one whose pair is not its dir's
-    (trials/accum2_split1/ holding accum=4's result) is no record of that trial. With a
-    fingerprint given, a record measured under other settings (or carrying none) is not
-    taken either. errors, if given, receives {trial dir name: why} for each record left out.
-    """
-    out: dict[str, TrialResult] = {}
-    for tdir in sorted(p for p in (Path(sweep_dir) / "trials").glob("*") if p.is_dir()):
-        try:
-            res = read_trial_record(tdir)
-            if res is not None:
-                check_record_place(res, tdir, fingerprint)
-        except (ResultError, OSError) as e:
-            # A torn, foreign or misplaced file counts as "not finished": the trial is rerun.
-            if errors is not None:
-                errors[tdir.name] = str(e) if isinstance(e, ResultError) else f"{tdir / RESULT_FILE}: {e}"
-            continue
-        if res is not None:
-            out[res.key] = res
-    return out
-
-
-def check_record_place(res: TrialResult, tdir: Path, fingerprint: str | None = None) -> None:
-    """A ResultError naming the file if this record belongs to another trial or other settings."""
-    path = Path(tdir) / (RESULT_FILE if (Path(tdir) / RESULT_FILE).exists() else ENDED_FILE)
-    if res.key != Path(tdir).name:
-        raise ResultError(f"{path}: records accum={res.accum} split={res.split}, not this dir's pair ({Path(tdir).name})")
-    if fingerprint is not None and res.fingerprint != fingerprint:
-        got = f"fingerprint {res.fingerprint}" if res.fingerprint else "no fingerprint"
-        raise ResultError(f"{path}: measured under other settings ({got}, this sweep's is {fingerprint})")
-
-
-def point_latest(sweep_dir: Path) -> bool:
-    """<parent>/latest -> this sweep, swapped atomically so readers never see it missing.
-
-    Only a symlink (or nothing) named latest is replaced: a user's own file or dir of that
-    name is left alone, and False returned. False too when the link cannot be made.
-    """
-    link = sweep_dir.parent / "latest"
-    tmp = sweep_dir.parent / f".latest.{os.getpid()}"
-    if link.exists() and not link.is_symlink():
-        return False
-    try:
-        if tmp.is_symlink():
-            tmp.unlink()
-        tmp.symlink_to(sweep_dir.name)
-        os.replace(tmp, link)
-    except OSError:
-        return False  # a convenience link is not worth failing a sweep over
-    return True

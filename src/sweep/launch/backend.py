@@ -25,12 +25,10 @@ import submitit
 from submitit.core.utils import JobPaths
 from submitit.slurm.slurm import SlurmInfoWatcher
 
-from sweep.core.schema import (
-    atomic_write_text,
-    now_iso,
-)
+from sweep.core.schema import now_iso
 from sweep.errors import SweepError
 from sweep.launch.memory import cuda_visible_numbers
+from sweep.records import atomic_write_text
 
 JOB_FILE = "job.json"
 # sacct is asked about unfinished Slurm jobs at most this often. submitit's own default backs

@@ -13,10 +13,11 @@ from typing import Any
 
 import submitit
 
-from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, now_iso, read_result, write_ended
+from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, now_iso
 from sweep.core.spec import TrialSpec
 from sweep.launch.backend import FINAL_STATE_WAIT_S, job_log, job_stderr, slurm_unfinished
 from sweep.parsers.tail import read_tail
+from sweep.records import read_result, write_ended
 
 
 def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: bool, cancelled: bool, wall_s: float) -> TrialResult:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from sweep.core.schema import atomic_write_text
+from sweep.records import atomic_write_text
 
 PROCESSES_FILE = "processes.json"
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h

@@ -104,7 +104,7 @@ def dirty_reason(before: Baseline) -> str | None:
 
 
 def _write_state(worker_dir: Path, state: str, seq: int, **extra: Any) -> None:
-    from sweep.core.schema import atomic_write_text
+    from sweep.records import atomic_write_text
 
     record = {"state": state, "seq": seq, "pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES"), **extra}
     atomic_write_text(worker_dir / STATE_FILE, json.dumps(record) + "\n")

@@ -25,7 +25,7 @@ import yaml
 from sweep import workloads
 from sweep.core.config import run_to_run_noise
 from sweep.core.ranking import build_table, confidence_view, recommendation, recommendation_line, table_csv
-from sweep.core.schema import Status, TrialResult, atomic_write_text, collect_results, point_latest, trial_dir
+from sweep.core.schema import Status, TrialResult, trial_dir
 from sweep.core.space import Candidate
 from sweep.core.spec import TrialSpec
 from sweep.errors import SweepError
@@ -37,6 +37,7 @@ from sweep.orchestration.preflight import local_cuda_devices
 from sweep.orchestration.racing import Predictions, Racing, plan_stop_steps
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import remove_stale_temp_files
+from sweep.records import atomic_write_text, collect_results, point_latest
 
 TABLE_FILE = "trials.csv"
 RECOMMENDATION_FILE = "recommendation.yaml"

@@ -25,13 +25,14 @@ from typing import Any
 
 from sweep.core.decision import FIT_KNOWN_STEPS, Running, ahead_after_steps, decision_stops
 from sweep.core.growth import at_risk
-from sweep.core.measure import STOP_FILE, cannot_win, progress_step_times, race_reason
+from sweep.core.measure import STOP_FILE, cannot_win, race_reason
 from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
 from sweep.core.ranking import ranked_ok
-from sweep.core.schema import Status, TrialResult, atomic_write_text, now_iso, trial_dir
+from sweep.core.schema import Status, TrialResult, now_iso, trial_dir
 from sweep.core.screening import SCREEN_AHEAD_STEPS, SCREEN_FIRST_PAIR_STEPS
 from sweep.core.space import Candidate
 from sweep.core.stats import throughput_summary
+from sweep.records import atomic_write_text, progress_step_times
 
 PREDICTED_FILE = "predicted_oom.json"
 

@@ -18,8 +18,9 @@ from sweep.core.drift import Drift, Retimed, drift
 from sweep.core.growth import at_risk
 from sweep.core.ranking import ranked_ok
 from sweep.core.run_to_run import Repeat
-from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, check_record_place, read_trial_record
+from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult
 from sweep.launch import backend as backends
+from sweep.records import check_record_place, read_trial_record
 
 if TYPE_CHECKING:
     from sweep.orchestration.orchestrator import Orchestrator

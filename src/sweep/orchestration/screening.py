@@ -77,9 +77,9 @@ class Confirm:
 def cancel_outranked(orchestrator: Any) -> None:
     """Cancel the running screening trials that the ordering rules out before their first timed step."""
     from sweep.core.decision import cancel_reason
-    from sweep.core.measure import progress_step_times
     from sweep.core.schema import trial_dir
     from sweep.launch import backend as backends
+    from sweep.records import progress_step_times
 
     for key, f in orchestrator.in_flight.items():
         if f.cancelled or progress_step_times(trial_dir(orchestrator.plan.sweep_dir, key)):
@@ -97,9 +97,9 @@ def _record_the_sweep(plan: SweepPlan) -> None:
     import json
     import sys
 
-    from sweep.core.schema import atomic_write_text
     from sweep.launch.backend import cluster_of
     from sweep.orchestration.plan import META_FILE, sweep_record
+    from sweep.records import atomic_write_text
 
     plan.sweep_dir.mkdir(parents=True, exist_ok=True)
     record = sweep_record(plan, state="screening", launcher=cluster_of(plan.launcher), argv=sys.argv[1:], orchestrator_cpu_s=0.0,
@@ -131,6 +131,6 @@ def run_screening(plan: SweepPlan, orchestrator_for: Callable[[SweepPlan], Any])
 
 def screening_results(plan: SweepPlan) -> Mapping[str, Any]:
     """The screening phase's finished trials as they are on disk (for reports and tests)."""
-    from sweep.core.schema import collect_results
+    from sweep.records import collect_results
 
     return collect_results(plan.sweep_dir / SCREENING_DIR)

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from sweep.core.config import memory_margin
-from sweep.core.measure import PROGRESS_FILE, measured_enough_for, progress_record, stop_requested, write_progress  # noqa: F401 (PROGRESS_FILE: the workload reads it from here)
-from sweep.core.schema import Status, TrialResult, now_iso, write_result
+from sweep.core.measure import PROGRESS_FILE, measured_enough_for, progress_record  # noqa: F401 (PROGRESS_FILE: the workload reads it from here)
+from sweep.core.schema import Status, TrialResult, now_iso
 from sweep.core.spec import TrialSpec
 from sweep.errors import TemplateError  # noqa: F401 (defined there; still importable from here)
 from sweep.launch.memory import TreeMemorySampler, is_tight
 from sweep.launch.tree import PROCESSES_FILE, TreeTracker, become_subreaper, end_processes
+from sweep.records import stop_requested, write_progress, write_result
 from sweep.workloads.command.launching import attempt_log, command_env, launch_values
 from sweep.workloads.command.launching import job_id as _job_id
 from sweep.workloads.command.template import PLACEHOLDERS, check_template, fill, missing_paths, template_fields  # noqa: F401 (re-exported)

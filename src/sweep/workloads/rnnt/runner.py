@@ -25,13 +25,14 @@ import torch.distributed as dist
 
 from sweep import probe
 from sweep.core.config import memory_margin
-from sweep.core.measure import measured_enough_for, progress_record, stop_requested, write_progress
+from sweep.core.measure import measured_enough_for, progress_record
 from sweep.core.memory_model import counted_peak
 from sweep.core.probe_report import ProbeReport
-from sweep.core.schema import OomPhase, Status, TrialResult, now_iso, write_result
+from sweep.core.schema import OomPhase, Status, TrialResult, now_iso
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import special, throughput_summary
 from sweep.launch.memory import headroom, is_tight
+from sweep.records import stop_requested, write_progress, write_result
 from sweep.workloads.rnnt.memory import (
     DeviceOOM,
     MemoryBaseline,
