@@ -23,7 +23,7 @@ import numpy as np
 from sweep.core.implications import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
 from sweep.core.schema import CANCELLED, OK, TrialResult
 from sweep.core.space import Candidate
-from sweep.core.stats import interval_se, special
+from sweep.core.stats import interval_se, normal_pdf, special
 
 __all__ = ["confidence_score", "leader_probability", "leader_key", "open_pairs", "rank_order"]
 
@@ -76,7 +76,7 @@ _trapezoid = getattr(np, "trapezoid", None) or np.trapz  # numpy 2 renamed it; s
 
 @lru_cache(maxsize=1)
 def _normal_density_at_nodes() -> np.ndarray:
-    return np.exp(-(_Z**2) / 2.0) / math.sqrt(2.0 * math.pi)  # scipy.stats.norm.pdf's formula
+    return normal_pdf(_Z)
 
 
 @lru_cache(maxsize=8192)

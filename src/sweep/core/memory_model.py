@@ -33,7 +33,6 @@ The numerics are numpy's (SVD least squares) and scipy's (Student t, normal).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -41,7 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from sweep.core.schema import OK, OOM, TrialResult
-from sweep.core.stats import special
+from sweep.core.stats import normal_pdf, special
 
 OOM_PROBABILITY = 0.95  # p_exceeds at or above this: the pair is not launched
 MIN_OK_POINTS = 3  # fewer ok peaks than this: no predictions at all (and more than the fit's rank)
@@ -281,5 +280,5 @@ def _censored_mean(mean: np.ndarray, sigma: float, bound: np.ndarray) -> np.ndar
     # expectation is bound + sigma/alpha), where pdf and sf both underflow.
     far = alpha > 30.0
     safe = np.where(far, 0.0, alpha)
-    mills = np.where(far, alpha + 1.0 / np.where(far, alpha, 1.0), np.exp(-(safe**2) / 2.0) / math.sqrt(2.0 * math.pi) / special().ndtr(-safe))  # norm.pdf / norm.sf
+    mills = np.where(far, alpha + 1.0 / np.where(far, alpha, 1.0), normal_pdf(safe) / special().ndtr(-safe))  # norm.pdf / norm.sf
     return mean + sigma * mills

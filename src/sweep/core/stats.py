@@ -33,6 +33,11 @@ def special():
     return scipy.special
 
 
+def normal_pdf(x: np.ndarray | float) -> np.ndarray:
+    """The standard normal density, scipy.stats.norm.pdf's formula (scipy.special has no pdf of its own)."""
+    return np.exp(-(np.asarray(x, dtype=float) ** 2) / 2.0) / math.sqrt(2.0 * math.pi)
+
+
 def interval_se(low: float | None, high: float | None) -> float | None:
     """The log-throughput standard error a 95% interval [low, high] states; None without a usable one."""
     if low is None or high is None or not 0 < low < high:
