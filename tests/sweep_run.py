@@ -1,10 +1,27 @@
-"""Run `python -m sweep` as a user would, in a subprocess, for the end-to-end tests."""
+"""Run `python -m sweep` as a user would, in a process of its own, for the end-to-end tests.
+
+Each run is a real process with its own working directory, environment, stdout, stderr, exit status
+and children (submitit's, the trials'). By default it is forked from a server process that has
+already imported sweep and Hydra (tests/sweep_server.py), and runs sweep's `__main__` there as
+`python -m sweep` would: what it skips is only the interpreter's
+start and those imports, about 0.35 s of CPU per run, paid ~200 times per suite on 2 cores.
+SWEEP_TESTS_FRESH_PROCESS=1 runs every such case as a fresh `python -m sweep` instead. Tests of
+what only a fresh interpreter shows (Ctrl-C during start-up, signals sent to the sweep, import
+time, installs) start `python -m sweep` with subprocess themselves.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 # A workload small enough that one trial takes a few seconds on 2 cores.
@@ -22,17 +39,86 @@ TINY = [
     "trial.measure_steps=3",
 ]
 
+FRESH = os.environ.get("SWEEP_TESTS_FRESH_PROCESS") == "1"
+SERVER = Path(__file__).with_name("sweep_server.py")
 
-def run_sweep(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+
+class _ForkServer:
+    """tests/sweep_server.py, started on first use and again whenever it is gone: a test that runs a command
+    trial in this process ends every descendant the trial's tree tracker saw, this server included."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+        self._dir = tempfile.mkdtemp(prefix="sweep_server_")
+        self.path = os.path.join(self._dir, "socket")
+
+    def connect(self) -> socket.socket:
+        with self._lock:
+            for _ in range(2):
+                if self._process is None or self._process.poll() is not None:
+                    self._start()
+                try:
+                    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    connection.connect(self.path)
+                    return connection
+                except OSError:
+                    connection.close()
+                    self._stop()
+            raise RuntimeError(f"the sweep fork server ({SERVER}) does not answer")
+
+    def _start(self) -> None:
+        self._stop()
+        self._process = subprocess.Popen([sys.executable, str(SERVER), self.path], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        ready = self._process.stdout.readline()
+        if ready.strip() != "ready":
+            raise RuntimeError(f"the sweep fork server did not start: {ready!r}")
+
+    def _stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+_server = _ForkServer()
+atexit.register(_server._stop)
+
+
+def sweep_process(args: list[str], cwd: Path, env: dict[str, str], timeout: float, fresh: bool = False) -> subprocess.CompletedProcess:
+    """`python -m sweep ARGS` in `cwd` with exactly `env`, stdin closed; output captured as text, like subprocess.run.
+    fresh: a new interpreter (for what a forked run cannot show: its start-up's own CPU and imports)."""
+    command = [sys.executable, "-m", "sweep", *args]
+    if fresh or FRESH:
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="sweep_run_") as out:  # outside cwd: some tests check cwd stays empty
+        stdout, stderr = os.path.join(out, "stdout"), os.path.join(out, "stderr")
+        request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": stdout, "stderr": stderr}
+        with _server.connect() as connection:
+            connection.sendall((json.dumps(request) + "\n").encode())
+            replies = connection.makefile("r")
+            pid = int(replies.readline())
+            connection.settimeout(timeout)
+            try:
+                status = replies.readline()
+                timed_out = False
+            except TimeoutError:
+                timed_out = True
+                os.kill(pid, signal.SIGKILL)
+                connection.settimeout(None)
+                status = replies.readline()
+        if not status:
+            raise RuntimeError(f"the sweep fork server stopped while running {command}")
+        captured = [Path(p).read_text(errors="replace") if os.path.exists(p) else "" for p in (stdout, stderr)]
+    if timed_out:
+        raise subprocess.TimeoutExpired(command, timeout, output=captured[0], stderr=captured[1])
+    return subprocess.CompletedProcess(command, int(status), *captured)
+
+
+def run_sweep(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None, fresh: bool = False) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env.pop("SWEEP_DEBUG", None)
     full_env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [sys.executable, "-m", "sweep", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return sweep_process(args, cwd, full_env, timeout, fresh)

@@ -1,8 +1,9 @@
 """Bad input, table-driven: every case ends with one line on stderr that names the bad value and
 what would be valid, exit status 2, no traceback, and nothing written (no sweep dir, no outputs/).
 
-The cases run as real `python -m sweep` processes, all at once in a module fixture (a few per
-core), each in an empty working directory of its own; each test then checks its case.
+The cases run as `python -m sweep` processes (tests/sweep_run.py: forked from one that has imported sweep),
+all at once in a module fixture (a few per core), each in an empty working directory of its own; each test
+then checks its case. The tests that need a fresh interpreter (SWEEP_DEBUG's traceback, --help) start one.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from sweep_run import sweep_process
 
 FAULT = Path(__file__).with_name("fake_train.py")
 
@@ -175,9 +177,19 @@ CASES: list[tuple[str, list[str], list[str]]] = [
 ]
 
 
-def run_case(args: list[str], cwd: Path, searchpath: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def case_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("SWEEP_DEBUG", "HYDRA_FULL_ERROR")}
     env.update(PYTHONUNBUFFERED="1", **(env_extra or {}))
+    return env
+
+
+def full_args(args: list[str], cwd: Path, searchpath: Path) -> list[str]:
+    return [f"hydra.sweep.dir={cwd / 'sweep_dir'}", *(a.replace("{SEARCHPATH}", str(searchpath)) for a in args)]
+
+
+def run_case(args: list[str], cwd: Path, searchpath: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """A fresh `python -m sweep` interpreter."""
+    env = case_env(env_extra)
     args = [a.replace("{SEARCHPATH}", str(searchpath)) for a in args]
     return subprocess.run(
         [sys.executable, "-m", "sweep", f"hydra.sweep.dir={cwd / 'sweep_dir'}", *args],
@@ -201,7 +213,7 @@ def outcomes(tmp_path_factory, searchpath):
 
     def one(case_args):
         case, args = case_args
-        return case, run_case(args, dirs[case], searchpath)
+        return case, sweep_process(full_args(args, dirs[case], searchpath), dirs[case], case_env(), timeout=120)
 
     with ThreadPoolExecutor(max_workers=max(2, 2 * (os.cpu_count() or 1))) as pool:
         done = dict(pool.map(one, [(case, args) for case, args, _ in CASES]))

@@ -1,11 +1,12 @@
 """bench/bench_caiman.py's rules: each row's sweep composes and plans as the GPU and CPU runs give it
 (dry run, nothing launched), and how ours is judged against the published pair."""
 
-import subprocess
+import os
 import sys
 from pathlib import Path
 
 import pytest
+from sweep_run import sweep_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
@@ -15,7 +16,7 @@ from bench_caiman import ROWS, cpu_overrides, gpu_overrides, verdict  # noqa: E4
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r.machine}-{r.model}" for r in ROWS])
 def test_each_row_plans_with_the_published_pair_a_candidate(tmp_path, row):
     for overrides, device in ((gpu_overrides(row), "cuda"), (cpu_overrides(row), "cpu")):
-        proc = subprocess.run([sys.executable, "-m", "sweep", "dry_run=true", *overrides], capture_output=True, text=True, cwd=tmp_path)
+        proc = sweep_process(["dry_run=true", *overrides], tmp_path, dict(os.environ), timeout=120)
         assert proc.returncode == 0, proc.stderr
         first = proc.stdout.splitlines()[0]
         assert f"(1 x {device}, " in first and f"global_batch_size={row.global_batch}" in first

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from sweep_run import sweep_process
 
 from sweep.core.confidence import leader_probability
 from sweep.core.drift import Retimed, drift
@@ -103,7 +104,6 @@ for epoch in range(1, 6):
 @pytest.mark.e2e
 def test_a_sweep_whose_pairs_drift_scores_with_the_noise_seen(tmp_path) -> None:
     import re
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -117,9 +117,8 @@ def test_a_sweep_whose_pairs_drift_scores_with_the_noise_seen(tmp_path) -> None:
     argv = f'workload.argv=["{sys.executable}","{script}","--accum={{accum}}","--split={{split}}","--global_batch_size={{global_batch_size}}"]'
     sweep_dir = tmp_path / "s"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "HOME": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "sweep", "workload=command", argv, "search=grid", "accum=1", "split=1,2",
-                           "search.racing=false", "machine.run_to_run_noise=0.01", "trial.time_limit_s=60", f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    proc = sweep_process(["workload=command", argv, "search=grid", "accum=1", "split=1,2", "search.racing=false",
+                          "machine.run_to_run_noise=0.01", "trial.time_limit_s=60", f"hydra.sweep.dir={sweep_dir}"], tmp_path, env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "starts").read_text() == "xxxx"  # two trials, two re-timings
     before_check = proc.stdout.split("drift check: re-timing")[0]

@@ -1,6 +1,7 @@
 """The configuration fingerprint: equal settings agree, any measured setting changes it, differences are named."""
 
 import pytest
+from sweep_run import sweep_process
 
 from sweep.core.fingerprint import differences, fingerprint, fingerprint_values, restoring_overrides
 
@@ -129,8 +130,7 @@ COMMAND = [
 def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("SWEEP_DEBUG", "HYDRA_FULL_ERROR")}
     env["PYTHONPATH"] = str(Path(__file__).parents[1] / "src")
-    return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=180,
-                          stdin=subprocess.DEVNULL)
+    return sweep_process(list(args), cwd, env, timeout=180)
 
 
 def snapshot(root: Path) -> dict[str, float]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sweep_run import sweep_process
 
 FAKE = Path(__file__).with_name("fake_train.py")
 COMMAND = [
@@ -30,10 +31,7 @@ COMMAND = [
 def sweep(cwd: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     env.pop("SWEEP_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=timeout, stdin=subprocess.DEVNULL,
-    )
+    return sweep_process(list(args), cwd, env, timeout)
 
 
 def tree(root: Path) -> list[str]:
