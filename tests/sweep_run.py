@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -100,15 +101,11 @@ def sweep_process(args: list[str], cwd: Path, env: dict[str, str], timeout: floa
             connection.sendall((json.dumps(request) + "\n").encode())
             replies = connection.makefile("r")
             pid = int(replies.readline())
-            connection.settimeout(timeout)
-            try:
-                status = replies.readline()
-                timed_out = False
-            except TimeoutError:
-                timed_out = True
+            # The status line comes when the run ends; wait for it no longer than the timeout.
+            timed_out = not select.select([connection], [], [], timeout)[0]
+            if timed_out:
                 os.kill(pid, signal.SIGKILL)
-                connection.settimeout(None)
-                status = replies.readline()
+            status = replies.readline()
         if not status:
             raise RuntimeError(f"the sweep fork server stopped while running {command}")
         captured = [Path(p).read_text(errors="replace") if os.path.exists(p) else "" for p in (stdout, stderr)]
