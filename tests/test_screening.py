@@ -255,3 +255,21 @@ def test_a_dry_run_says_screening_comes_first(tmp_path: Path) -> None:
     text = dry_run_text(compose_plan(["+machine=a100x8"], str(tmp_path / "s")))
     assert "screening first (search.screen): the candidates as one-rank trials at global_batch_size=128, 8 at a time" in text
     assert "screening" not in dry_run_text(compose_plan(["+machine=a100x8", "search.screen=off"], str(tmp_path / "t")))
+
+
+def test_a_screening_sweeps_staircase_gives_spare_devices_the_retry_and_its_confirmations_the_noise(tmp_path: Path) -> None:
+    """orchestration/: the screening sweep's strategy is made with spare_retry (its rows only nominate), the sweep's own
+    is not; the confirmations are told machine.run_to_run_noise (cuda's 1% here), which leaves tied pairs out."""
+    from types import SimpleNamespace
+
+    from sbatch_golden import SLURM, compose_plan
+
+    from sweep.orchestration.orchestrator import Orchestrator
+    from sweep.orchestration.screening import run_screening, screening_plan
+
+    plan = compose_plan(["+machine=a100x8", *SLURM], str(tmp_path / "s"))
+    assert Orchestrator(screening_plan(plan)).strategy.spare_retry and not Orchestrator(plan).strategy.spare_retry
+    stand_in = SimpleNamespace(run=lambda: 0, results={}, stop=SimpleNamespace(signal=None, hint=lambda note, where: ""),
+                               display=SimpleNamespace(log=lambda line: None))
+    confirm, code = run_screening(plan, lambda sub: stand_in)
+    assert code == 0 and confirm is not None and confirm.run_to_run_noise == pytest.approx(0.01)
