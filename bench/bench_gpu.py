@@ -26,11 +26,19 @@ model, racing and decision rules):
   beside it the rule before, which let a pair stop for being ahead as soon as separated),
   then with warm workers too, then with tied pairs stopped past the stress step (core/decision.py's
   rule 4: a possible answer whose every unseparated rival's median lies inside the run-to-run noise,
-  machine.run_to_run_noise's cuda default of 1% as the orchestrator hands it in), then with screening on the 8-GPU host (8 one-rank trials at once at global batch
-  128, at most trial.measure_steps timed steps each, stopped ahead or tied without waiting for the
-  stress step and the first at 6 steps, as core/screening.SCREEN_* has it since a screening row is
-  never the answer; then the pairs inside the leader's noise as full 8-rank trials, measured to the
-  decision with the stress step; the answer is the best full trial).
+  machine.run_to_run_noise's cuda default of 1% as the orchestrator hands it in), then with the
+  search's first pair stopped provisionally after one timed step and run again in full when the
+  search ends if it may be the answer (rule 0, orchestration/remeasure.py). Every row measured to
+  the decision has rule 5 too (a pair past its stress step whose 95% interval lies inside a finished
+  rival's stops: its own steps cannot separate them) and counts as rivals only pairs with a real 95%
+  interval; neither has a setting to turn it off.
+* then screening on the 8-GPU host (8 one-rank trials at once at global batch 128, at most
+  trial.measure_steps timed steps each, measured to the decision with the stress step like a full
+  trial (core/screening.py), the first pair provisional and never run again, the spare devices
+  given the last stair's split-doubled pair (core/strategies.Staircase's spare_retry); then the
+  pairs inside the leader's noise as full 8-rank trials, bar those tied with a confirmed pair within
+  the run-to-run noise or ruled out by the ordering (core/screening.confirm_candidates), measured
+  to the decision with the stress step; the answer is the best full trial).
 
 Warm workers as built (launch/warm_pool.py): one-rank trials only, so on one device the first trial
 pays a recorded fresh start-up and later ones WARM_START_S; on the 8-GPU host each screening device
@@ -42,7 +50,7 @@ and timed steps; 13.8-15.1 s of wall for an OOM at step 0), and a warm worker st
 is printed first: start-up by model, which does not grow from rnnt_base to rnnt_large (2.3 times
 the parameters), so the build is a small part of it; and the headline ratios are printed again
 with a warm start of 1 s and of 0 s, so a reader sees whether the assumption decides a target.
-Last, where the warm policy's GPU-seconds go on one device (tests/landscapes_gpu.spent_on).
+Last, where the one-device policy's GPU-seconds go (spent_on, by each trial's stop reason).
 
 Figures: GPU-seconds to the answer (every device a trial holds, for its wall time) and wall time on
 one device; wall time on the 8-GPU host; how often the answer is the grid's (every pair measured to
@@ -64,7 +72,9 @@ import landscapes_gpu as sim  # noqa: E402
 from landscapes import LANDSCAPES, random_landscape  # noqa: E402
 from landscapes_h100 import RECORDINGS, load  # noqa: E402
 
-ONE_DEVICE = (sim.OLD, sim.DECISION, sim.STRESS_EARLY, sim.STRESS, sim.WARM_ONLY, sim.WARM)  # on one device screening has nothing to split
+from sweep.core.decision import PROVISIONAL  # noqa: E402
+
+ONE_DEVICE = (sim.OLD, sim.DECISION, sim.STRESS_EARLY, sim.STRESS, sim.WARM_ONLY, sim.TIED, sim.WARM)  # on one device screening has nothing to split
 HOST = (sim.OLD, sim.NEW)
 
 
@@ -151,12 +161,44 @@ def warm_start_sensitivity(recorded: list, seeds: int) -> str:
     return "; ".join(out)
 
 
+# Why a timed step was spent, by the trial's stop reason (core/decision.py), for where_it_goes.
+SPENT_BY_REASON = (
+    (("cannot beat", "outranked"), "timed steps of pairs that could not win"),
+    ((PROVISIONAL,), "timed steps of the first pair, stopped provisionally"),
+    (("no other pair",), "timed steps of a pair with no rival measured yet, in full"),
+    (("tied with",), "timed steps of tied pairs (past the stress step, inside the run-to-run noise)"),
+    (("cannot separate",), "timed steps of pairs their own steps could not separate (past the stress step)"),
+    (("ahead",), "timed steps of pairs stopped ahead (past the stress step)"),
+)
+
+
+def spent_on(phase: sim.Phase) -> dict[str, float]:
+    """Where one device's GPU-seconds went: start-up and warm-up, timed steps by why they ended, OOM trials,
+    and the re-runs in full of provisional pairs that could be the answer."""
+    out: dict[str, float] = {}
+    again = {r.key for r in phase.provisional}
+    for r, rerun in [*((r, r.key in again) for r in phase.results.values()), *((r, False) for r in phase.provisional)]:
+        wall = r.wall_s or 0.0
+        if r.status == "oom":
+            kind, timed = "out-of-memory trials (start-up and the steps until the OOM)", wall
+        elif rerun:
+            kind, timed = "re-runs in full of provisional pairs that could be the answer (start-up, warm-up, steps)", wall
+        else:
+            timed = sum(r.step_times_s)
+            out["start-up and warm-up steps of ok trials"] = out.get("start-up and warm-up steps of ok trials", 0.0) + wall - timed
+            why = r.stopped_early or ""
+            kind = next((k for marks, k in SPENT_BY_REASON if any(why.startswith(m) or m in why for m in marks)),
+                        "timed steps to the trial's own end (a possible answer, not separated)")
+        out[kind] = out.get(kind, 0.0) + timed
+    return out
+
+
 def where_it_goes(recorded: list, seeds: int) -> None:
-    """Per replayed sweep on one device, where the warm policy's GPU-seconds go: what is left to save."""
+    """Per replayed sweep on one device, where the one-device policy's GPU-seconds go: what is left to save."""
     total: dict[str, float] = {}
     for land in recorded:
         for seed in range(seeds):
-            for kind, s in sim.spent_on(sim.one_device_phase(land, sim.WARM, seed)).items():
+            for kind, s in spent_on(sim.one_device_phase(land, sim.WARM, seed)).items():
                 total[kind] = total.get(kind, 0.0) + s
     n = len(recorded) * seeds
     before = sum(sim.one_device(land, sim.OLD, s).gpu_s for land in recorded for s in range(seeds)) / n

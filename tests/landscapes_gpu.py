@@ -8,7 +8,9 @@ OOM), step time, step draws, peaks and tightness, and what a fresh trial process
 The simulation is event-driven: each running trial pays its start-up, the warm-up steps and then
 timed steps one at a time; after each timed step the policy's stop rules are asked, with every
 other running trial's progress as it stands (as the orchestrator's poll sees it), and the real
-strategy (core/strategies.py, staircase with the memory model) fills each free slot.
+strategy (core/strategies.py, staircase with the memory model) fills each free slot. When it has
+nothing left to run, a provisional pair that may be the answer runs again in full, as the
+orchestrator's loop does (core/decision.provisional_contenders, orchestration/remeasure.py).
 
 What the code does, as modelled: a warm worker (launch/warm_pool.py) serves one-rank trials only,
 so the first trial on each device pays a fresh start-up and later ones WARM_START_S; a trial of
@@ -35,18 +37,17 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from landscapes import Landscape
 
 from sweep.core.config import RUN_TO_RUN_NOISE
-from sweep.core.decision import Running, ahead_after_steps, cancel_reason, decision_stop
+from sweep.core.decision import PROVISIONAL_STEPS, Running, ahead_after_steps, cancel_reason, decision_stop, provisional_contenders
 from sweep.core.measure import cannot_win, enough_measured, race_reason
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import CANCELLED, OK, OOM, TrialResult
-from sweep.core.screening import SCREEN_AHEAD_STEPS, SCREEN_FIRST_PAIR_STEPS
 from sweep.core.space import Candidate
 from sweep.core.stats import throughput_summary
 from sweep.core.strategies import Proposal, make_strategy
@@ -133,8 +134,10 @@ class Policy:
     cancel_outranked: bool = False  # screening: a trial the ordering rules out before its first timed step is cancelled
     # machine.run_to_run_noise as the decision is told it (core/decision.py's rule 4, tied pairs); 0: the rule before it
     run_to_run_noise: float = 0.0
-    # a screening phase's trials: never the recommendation, measured as core/screening's SCREEN_* say (racing.plan_stop_steps)
-    nominates_only: bool = False
+    # the search's first pair stops provisionally (core/decision.py's rule 0) and is run again in full if it may be
+    # the answer (orchestration/remeasure.py); never in confirmations (screen: racing.plan_stop_steps)
+    provisional: bool = False
+    nominates_only: bool = False  # a screening phase's trials: never the answer, so never run again in full
 
 
 OLD = Policy("today: fresh process per trial, adaptive to the cap, racing, one trial at a time")
@@ -147,14 +150,12 @@ STRESS = Policy("measure to the decision + stress step, ahead past it", to_decis
 WARM_ONLY = Policy("+ warm workers", warm=True, to_decision=True, stress_step=STRESS_STEP)
 # machine.run_to_run_noise on cuda unset, as the orchestrator hands it to the decision (core/config.run_to_run_noise)
 CUDA_NOISE = RUN_TO_RUN_NOISE["cuda"]
-WARM = Policy(
+TIED = Policy(
     f"+ tied pairs stop past the stress step (run-to-run noise {CUDA_NOISE:.0%})", warm=True, to_decision=True, stress_step=STRESS_STEP,
     run_to_run_noise=CUDA_NOISE,
 )
-NEW = Policy(
-    "+ screening (N one-rank trials at once, then full confirmations)", warm=True, to_decision=True, screen=True, stress_step=STRESS_STEP,
-    run_to_run_noise=CUDA_NOISE,
-)
+WARM = replace(TIED, name="+ first pair provisional, run again in full if it may be the answer", provisional=True)
+NEW = replace(WARM, name="+ screening (N one-rank trials at once, then full confirmations)", screen=True)
 
 
 @dataclass
@@ -162,6 +163,7 @@ class Phase:
     results: dict[str, TrialResult]
     wall_s: float
     gpu_s: float
+    provisional: list[TrialResult] = field(default_factory=list)  # provisional records a full re-run replaced
 
 
 @dataclass
@@ -176,13 +178,14 @@ class Outcome:
 class _Confirm:
     """The confirmations: core/screening.confirm_candidates, one full trial at a time."""
 
-    def __init__(self, screening: Mapping[str, TrialResult]) -> None:
-        self.screening = screening
+    def __init__(self, screening: Mapping[str, TrialResult], run_to_run_noise: float) -> None:
+        self.screening, self.run_to_run_noise = screening, run_to_run_noise
 
     def propose(self, finished: Mapping[str, TrialResult], in_flight: Any) -> Proposal:
         from sweep.core.screening import confirm_candidates
 
-        left = [Candidate(r.accum, r.split, r.per_device_batch, r.joint_batch, True) for r in confirm_candidates(self.screening, finished)]
+        confirm = confirm_candidates(self.screening, finished, self.run_to_run_noise)
+        left = [Candidate(r.accum, r.split, r.per_device_batch, r.joint_batch, True) for r in confirm]
         left = [c for c in left if c.key not in in_flight]
         return Proposal(left, done=not left and not in_flight)
 
@@ -217,11 +220,19 @@ def run_phase(
     now, gpu_s = first_start, 0.0
     queue: list[tuple[float, int, str]] = []
     seq = 0
+    # Provisional pairs run again in full (orchestration/remeasure.run_in_full): those still to launch, and every
+    # one so far (never stopped provisionally again); the provisional records their re-runs replaced.
+    rerun: dict[str, Candidate] = {}
+    in_full: set[str] = set()
+    replaced: list[TrialResult] = []
     while True:
         prop = strategy.propose(dict(finished), frozenset(running))
-        for c in prop.candidates:
+        for c in [*rerun.values(), *prop.candidates]:
             if not free_slots:
                 break
+            if c.key in running:
+                continue
+            rerun.pop(c.key, None)
             slot = free_slots.pop(0)
             # A worker serves one-rank trials only (launch/warm_pool.py): a trial of several ranks is a fresh process per rank.
             start = WARM_START_S if policy.warm and ranks == 1 and slot in warm_slots else land.startup_s(rng)
@@ -245,7 +256,15 @@ def run_phase(
             seq += 1
             heapq.heappush(queue, (oom_at if oom_at is not None and oom_at <= ends[0] else ends[0], seq, c.key))
         if not running:
-            return Phase(finished, now, gpu_s)
+            # As the orchestrator's loop: with nothing left to run, a provisional pair that may be the answer runs again.
+            again = [k for k in provisional_contenders(finished) if k not in in_full] if policy.provisional and not policy.nominates_only else []
+            if not again:
+                return Phase(finished, now, gpu_s, replaced)
+            for k in again:
+                r = finished[k]
+                in_full.add(k)
+                rerun[k] = Candidate(r.accum, r.split, r.per_device_batch, r.joint_batch, True)
+            continue
         at, _, key = heapq.heappop(queue)
         if key not in running:
             continue  # cancelled: its next step never comes
@@ -257,7 +276,7 @@ def run_phase(
         else:
             tr.done += 1
             steps = tr.times[: tr.done]
-            reason = _stop(land, key, running, finished, gbs, policy, steps, max_steps)
+            reason = _stop(key, running, finished, gbs, policy, steps, max_steps, provisional=key not in in_full)
             if reason is not None:  # stopped before a late OOM to come is recorded ok: what the sweep would see
                 result = _result(land, tr, gbs, OK, steps, reason)
             else:
@@ -275,6 +294,8 @@ def run_phase(
             t = running.pop(k)
             res.wall_s = now - t.started
             gpu_s += res.wall_s * t.ranks
+            if k in finished:
+                replaced.append(finished[k])
             finished[k] = res
             slot = slot_of.pop(k)
             if res.status == CANCELLED:
@@ -283,19 +304,23 @@ def run_phase(
 
 
 def _stop(
-    land: GpuLandscape, key: str, running: Mapping[str, _Trial], finished: Mapping[str, TrialResult], gbs: int, policy: Policy,
-    steps: list[float], max_steps: int,
+    key: str, running: Mapping[str, _Trial], finished: Mapping[str, TrialResult], gbs: int, policy: Policy, steps: list[float], max_steps: int,
+    provisional: bool,
 ) -> str | None:
-    """None: time another step; "": the trial's own rule ended it; else why it stopped early."""
+    """None: time another step; "": the trial's own rule ended it; else why it stopped early.
+
+    As orchestration/racing.plan_stop_steps: a screening row meets the stress step like a full trial, and the
+    search's first pair stops provisionally except in confirmations (policy.screen) and in a re-run in full."""
     if enough_measured(steps, target_precision=PRECISION, min_steps=min(MEASURE_STEPS, max_steps), max_steps=max_steps):
         return ""
     if policy.to_decision:
         view = {k: Running(t.cand, t.times[: t.done]) for k, t in running.items()}
         ahead = ahead_after_steps(policy.stress_step if policy.ahead_past_stress else 0, WARMUP_STEPS)
-        first_pair = MEASURE_STEPS
-        if policy.nominates_only:
-            first_pair, ahead = SCREEN_FIRST_PAIR_STEPS, SCREEN_AHEAD_STEPS
-        return decision_stop(key, view, finished, gbs, first_pair_steps=first_pair, ahead_steps=ahead, run_to_run_noise=policy.run_to_run_noise)
+        first = PROVISIONAL_STEPS if policy.provisional and provisional and not policy.screen else 0
+        return decision_stop(
+            key, view, finished, gbs, first_pair_steps=MEASURE_STEPS, ahead_steps=ahead, run_to_run_noise=policy.run_to_run_noise,
+            provisional_steps=first,
+        )
     lead = next((r for r in ranked_ok(finished) if r.step_times_s and not r.tight), None)
     if lead is None:
         return None
@@ -333,32 +358,6 @@ def one_device(land: GpuLandscape, policy: Policy, seed: int) -> Outcome:
     return Outcome(phase.gpu_s, phase.wall_s, pick_of(phase.results), len(phase.results))
 
 
-def spent_on(phase: Phase) -> dict[str, float]:
-    """Where one device's GPU-seconds went: start-up and warm-up, timed steps by why they ended, OOM trials."""
-    out: dict[str, float] = {}
-    for r in phase.results.values():
-        if r.status == OOM:
-            kind = "out-of-memory trials (start-up and the steps until the OOM)"
-        else:
-            timed = sum(r.step_times_s)
-            out["start-up and warm-up steps of ok trials"] = out.get("start-up and warm-up steps of ok trials", 0.0) + (r.wall_s or 0.0) - timed
-            why = r.stopped_early or ""
-            if "cannot beat" in why or "outranked" in why:
-                kind = "timed steps of pairs that could not win"
-            elif "no other pair" in why:
-                kind = "timed steps of the first pair (no rival yet)"
-            elif "tied with" in why:
-                kind = "timed steps of tied pairs (past the stress step, inside the run-to-run noise)"
-            elif "ahead" in why:
-                kind = "timed steps of pairs stopped ahead (past the stress step)"
-            else:
-                kind = "timed steps to the trial's own end (a possible answer, not separated)"
-            out[kind] = out.get(kind, 0.0) + timed
-            continue
-        out[kind] = out.get(kind, 0.0) + (r.wall_s or 0.0)
-    return out
-
-
 def eight_gpu_host(land: GpuLandscape, policy: Policy, seed: int, devices: int = 8) -> Outcome:
     """machine.num_devices=devices on one host: global batch 128 * devices, the same per-device pairs."""
     rng = random.Random(f"{land.name}/{seed}/host")
@@ -367,10 +366,14 @@ def eight_gpu_host(land: GpuLandscape, policy: Policy, seed: int, devices: int =
     if not policy.screen:
         phase = run_phase(land, strategy, policy, rng, slots=1, ranks=devices, gbs=gbs)
         return Outcome(phase.gpu_s, phase.wall_s, pick_of(phase.results), len(phase.results))
-    # Screening is coarse (at most trial.measure_steps): what it cannot separate, a full trial confirms.
-    screen = run_phase(land, strategy, replace(policy, cancel_outranked=True, nominates_only=True), rng, slots=devices, ranks=1, gbs=128, max_steps=MEASURE_STEPS)
-    # The pairs inside the leader's noise; when none of them ends roomy and ok, the next screened pairs.
-    confirm = _Confirm(screen.results)
+    # Screening is coarse (at most trial.measure_steps): what it cannot separate, a full trial confirms. A sweep of
+    # its own (orchestration/screening.screening_plan: screen off, its rows only nominate).
+    sub = replace(policy, cancel_outranked=True, nominates_only=True, screen=False)
+    strategy = make_strategy("staircase", land.valid(), capacity_gib=land.capacity_gib, spare_retry=True)
+    screen = run_phase(land, strategy, sub, rng, slots=devices, ranks=1, gbs=128, max_steps=MEASURE_STEPS)
+    # The pairs inside the leader's noise, bar those tied with (or outranked by) a confirmed one; when none of them
+    # ends roomy and ok, the next screened pairs.
+    confirm = _Confirm(screen.results, policy.run_to_run_noise)
     full = run_phase(land, confirm, policy, rng, slots=1, ranks=devices, gbs=gbs, first_start=screen.wall_s)
     return Outcome(screen.gpu_s + full.gpu_s, full.wall_s, pick_of(full.results), len(screen.results) + len(full.results), screen.results)
 
@@ -399,9 +402,6 @@ def grid_answer(land: GpuLandscape, seed: int) -> tuple[str | None, dict[str, fl
 def same_answer(pick: str | None, grid: tuple[str | None, dict[str, float], float]) -> bool:
     best, medians, low = grid
     return pick == best or (pick is not None and medians.get(pick, 0.0) >= low > 0)
-
-
-Sweep = Callable[[GpuLandscape, Policy, int], Outcome]
 
 
 def trace(land: GpuLandscape, policy: Policy, seed: int, devices: int = 1) -> list[str]:

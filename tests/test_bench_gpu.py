@@ -81,9 +81,38 @@ def test_the_simulated_warm_workers_do_what_the_code_does() -> None:
             assert min(oom_walls) >= least
 
 
-def test_on_the_8_gpu_host_a_late_oom_still_stops_the_full_trial_that_confirms_it() -> None:
-    """Screening rows stop ahead without waiting for the stress step (core/screening.SCREEN_AHEAD_STEPS),
-    so large80's accum=1 split=8, out of memory at timed step 9, may be nominated; its full trial waits
-    for the stress step and meets the OOM there, so the recommendation is never that pair."""
+def test_on_the_8_gpu_host_a_late_oom_is_met_at_one_rank_and_never_confirmed() -> None:
+    """Screening rows meet the workload's stress step before they stop ahead or tied (core/screening.py), so
+    large80's accum=1 split=8, out of memory at timed step 9, runs out of memory in screening, where it costs one
+    rank's warm worker, and is never confirmed by a fresh 8-rank trial nor recommended."""
     land = load("large80")
-    assert all(sim.eight_gpu_host(land, sim.NEW, seed).pick not in (None, "accum1_split8") for seed in range(4))
+    for seed in range(4):
+        out = sim.eight_gpu_host(land, sim.NEW, seed)
+        assert out.screening["accum1_split8"].status == "oom" and out.pick not in (None, "accum1_split8")
+
+
+def test_the_first_pair_stops_provisionally_and_is_run_again_only_when_it_may_be_the_answer() -> None:
+    """base24's first fitting pair, accum=32 split=1, is the slowest that fits: one timed step, never run again.
+    On split1_best the first fitting pair is the answer: it runs again in full, and the answer rests on that run."""
+    from landscapes import LANDSCAPES
+
+    from sweep.core.decision import is_provisional
+
+    phase = sim.one_device_phase(load("base24"), sim.WARM, 0)
+    first = phase.results["accum32_split1"]
+    assert is_provisional(first) and len(first.step_times_s) == 1 and not phase.provisional
+    best = sim.Simulated(LANDSCAPES["split1_best"])
+    phase = sim.one_device_phase(best, sim.WARM, 0)
+    assert [r.key for r in phase.provisional] == [sim.pick_of(phase.results)]
+    assert not is_provisional(phase.results[sim.pick_of(phase.results)])
+    assert sim.same_answer(sim.pick_of(phase.results), sim.grid_answer(best, 0))
+
+
+def test_a_pair_its_own_steps_cannot_separate_stops_past_the_stress_step() -> None:
+    """base24's answer, accum=1 split=32, lies inside accum=2 split=16's 8-step interval: it ran to the 32-step cap
+    before core/decision.py's rule 5; now it stops past its stress step, and the answer is the same."""
+    land = load("base24")
+    runs = [sim.one_device_phase(land, sim.WARM, seed) for seed in range(4)]
+    stopped = [r.results["accum1_split32"] for r in runs if "cannot separate" in r.results["accum1_split32"].stopped_early]
+    assert stopped and all(8 <= len(r.step_times_s) < 32 for r in stopped)
+    assert all(sim.pick_of(r.results) == "accum1_split32" for r in runs)

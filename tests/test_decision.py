@@ -8,12 +8,23 @@ from dataclasses import make_dataclass, replace
 
 import pytest
 
-from sweep.core.decision import FIT_KNOWN_STEPS, Running, ahead_after_steps, decision_stop, decision_stops, tie_band, tied
+from sweep.core.decision import (
+    FIT_KNOWN_STEPS,
+    PROVISIONAL_STEPS,
+    Running,
+    ahead_after_steps,
+    decision_stop,
+    decision_stops,
+    is_provisional,
+    provisional_contenders,
+    tie_band,
+    tied,
+)
 from sweep.core.measure import STOP_FILE, progress_record
 from sweep.core.schema import Status, TrialResult, trial_dir
 from sweep.core.space import enumerate_candidates
 from sweep.core.stats import throughput_summary
-from sweep.orchestration.racing import Racing, plan_ahead_steps
+from sweep.orchestration.racing import Racing, StopSteps, plan_ahead_steps
 from sweep.records import write_progress
 
 GBS = 64
@@ -29,9 +40,11 @@ def ok(key: str, times: list[float], tight: bool = False) -> TrialResult:
     )
 
 
-def stop(key: str, times: list[float], results: dict, others: dict | None = None, ahead_steps: int = FIT_KNOWN_STEPS) -> str | None:
+def stop(
+    key: str, times: list[float], results: dict, others: dict | None = None, ahead_steps: int = FIT_KNOWN_STEPS, provisional_steps: int = 0
+) -> str | None:
     running = {key: Running(PAIRS[key], times), **{k: Running(PAIRS[k], t) for k, t in (others or {}).items()}}
-    return decision_stop(key, running, results, GBS, first_pair_steps=8, ahead_steps=ahead_steps)
+    return decision_stop(key, running, results, GBS, first_pair_steps=8, ahead_steps=ahead_steps, provisional_steps=provisional_steps)
 
 
 def test_an_outranked_pair_stops_after_one_step_when_its_step_agrees_with_the_ordering():
@@ -53,7 +66,8 @@ def test_a_pair_below_the_leader_stops_as_racing_would_and_one_inside_its_interv
     why = stop("accum2_split1", slow, results)  # p smaller, j bigger: the ordering cannot decide
     assert why is not None and "cannot beat the leader accum1_split2" in why
     assert stop("accum2_split1", slow[:5], results) is None  # five steps: no 95% interval yet
-    assert stop("accum2_split1", [t * 1.01 for t in STEADY], results) is None  # a tie: measured on to the cap
+    # Inside the leader's interval racing cannot stop it (before its stress step nothing else may either).
+    assert stop("accum2_split1", [t * 1.01 for t in STEADY], results, ahead_steps=9) is None
 
 
 def test_a_pair_above_every_rival_stops_once_separated():
@@ -73,7 +87,7 @@ def test_racing_with_candidates_writes_the_decision_to_stop_json_once(tmp_path):
     results = {"accum2_split1": ok("accum2_split1", STEADY)}
     write_progress(trial_dir(tmp_path, "accum4_split2"), progress_record([0.02]))
     write_progress(trial_dir(tmp_path, "accum1_split1"), progress_record([0.011]))  # p=64 > 32: may be faster
-    racing = Racing(tmp_path, GBS, PAIRS, first_pair_steps=8)
+    racing = Racing(tmp_path, GBS, PAIRS)
     told = racing.stop_losers(["accum4_split2", "accum1_split1"], results)
     assert list(told) == ["accum4_split2"]
     record = json.loads((trial_dir(tmp_path, "accum4_split2") / STOP_FILE).read_text())
@@ -164,8 +178,8 @@ def test_a_pair_that_cannot_win_stops_before_its_stress_step():
 def test_racing_hands_ahead_steps_to_the_decision(tmp_path):
     results = {k: ok(k, t) for k, t in SEPARATED.items()}
     write_progress(trial_dir(tmp_path, "accum2_split1"), progress_record(STEADY[:6]))
-    assert Racing(tmp_path, GBS, PAIRS, first_pair_steps=8, ahead_steps=8).stop_losers(["accum2_split1"], results) == {}
-    told = Racing(tmp_path, GBS, PAIRS, first_pair_steps=8).stop_losers(["accum2_split1"], results)
+    assert Racing(tmp_path, GBS, PAIRS, StopSteps(8, 8, 0)).stop_losers(["accum2_split1"], results) == {}
+    told = Racing(tmp_path, GBS, PAIRS).stop_losers(["accum2_split1"], results)
     assert "ahead of every measured pair" in told["accum2_split1"]
 
 
@@ -184,7 +198,9 @@ def test_the_orchestrator_measures_to_the_decision_with_the_plans_stress_step(tm
     stress = getattr(plan.workload, "stress_step", 0)
     expected = stress - plan.trial.warmup_steps + 1 if stress > plan.trial.warmup_steps else FIT_KNOWN_STEPS
     racing = Orchestrator(plan).racing
-    assert racing.candidates is not None and racing.ahead_steps == expected
+    assert racing.candidates is not None and racing.steps.ahead == expected
+    # The staircase's first pair stops provisionally (core/decision.py's rule 0); trial.measure_steps with no rival.
+    assert racing.steps.provisional == PROVISIONAL_STEPS and racing.steps.first_pair == plan.trial.measure_steps
 
 
 # Rule 4: tied pairs. NOISY scatters by +-10%, so its 95% interval overlaps a pair a few percent away.
@@ -203,7 +219,8 @@ def test_the_tie_band_is_two_processes_run_to_run_noise_at_95_percent():
 
 
 @pytest.mark.parametrize(
-    # (its steps as multiples of NOISY, the rival's, run-to-run noise, steps timed, ahead_steps, stops as tied?)
+    # (its steps as multiples of NOISY, the rival's as multiples of STEADY (+-2%: its interval holds none of NOISY's),
+    # run-to-run noise, steps timed, ahead_steps, stops as tied?)
     ("mine", "rival", "noise", "steps", "ahead_steps", "stops"),
     [
         (1.0, 1.01, 0.01, 8, 8, True),  # medians 1% apart, inside the 2.8% band, past the stress step
@@ -215,7 +232,7 @@ def test_the_tie_band_is_two_processes_run_to_run_noise_at_95_percent():
     ],
 )
 def test_a_possible_answer_tied_with_its_rivals_inside_the_noise_stops_past_its_stress_step(mine, rival, noise, steps, ahead_steps, stops):
-    results = {"accum1_split2": ok("accum1_split2", [t * rival for t in NOISY])}
+    results = {"accum1_split2": ok("accum1_split2", [t * rival for t in STEADY])}
     why = tied_stop("accum2_split1", [t * mine for t in (NOISY * 2)[:steps]], results, noise, ahead_steps)
     assert (why is not None and "tied with accum1_split2 within the run-to-run noise" in why) if stops else why is None
 
@@ -248,8 +265,120 @@ def test_the_confidence_score_still_calls_a_tie_stopped_early_a_tie():
 
 
 def test_racing_hands_the_run_to_run_noise_to_the_decision(tmp_path):
-    results = {"accum1_split2": ok("accum1_split2", [t * 1.01 for t in NOISY])}
+    results = {"accum1_split2": ok("accum1_split2", [t * 1.01 for t in STEADY])}
     write_progress(trial_dir(tmp_path, "accum2_split1"), progress_record(NOISY))
-    assert Racing(tmp_path, GBS, PAIRS, first_pair_steps=8, ahead_steps=8).stop_losers(["accum2_split1"], results) == {}
-    told = Racing(tmp_path, GBS, PAIRS, first_pair_steps=8, ahead_steps=8, run_to_run_noise=0.01).stop_losers(["accum2_split1"], results)
+    assert Racing(tmp_path, GBS, PAIRS, StopSteps(8, 8, 0)).stop_losers(["accum2_split1"], results) == {}
+    told = Racing(tmp_path, GBS, PAIRS, StopSteps(8, 8, 0), run_to_run_noise=0.01).stop_losers(["accum2_split1"], results)
     assert "tied with accum1_split2" in told["accum2_split1"]
+
+
+# Rule 0: the search's first pair stops provisionally once its fit at the worst batch is known.
+def test_the_first_pair_stops_provisionally_after_one_step_when_nothing_is_measured_yet():
+    why = stop("accum8_split1", [0.04], {}, ahead_steps=8, provisional_steps=PROVISIONAL_STEPS)
+    assert why is not None and why.startswith("provisional") and "run again in full if it may be the answer" in why
+    assert stop("accum8_split1", [], {}, ahead_steps=8, provisional_steps=PROVISIONAL_STEPS) is None  # its fit is not known yet
+    assert stop("accum8_split1", [0.04], {}, ahead_steps=8) is None  # not told to (grid, confirmations, a re-run in full)
+    # A tight finished pair is not the answer: the search still has no figure to compare with.
+    tight = {"accum2_split1": ok("accum2_split1", STEADY, tight=True)}
+    assert (stop("accum8_split1", [0.04], tight, ahead_steps=8, provisional_steps=1) or "").startswith("provisional")
+
+
+def test_a_pair_is_not_provisional_once_a_roomy_pair_finished_or_a_running_one_has_an_interval():
+    roomy = {"accum8_split1": ok("accum8_split1", [0.04])}  # itself provisional: a figure to be compared with
+    assert stop("accum4_split1", [0.02], roomy, ahead_steps=8, provisional_steps=1) is None
+    # A running pair with a real 95% interval is a rival already; one with fewer steps is not.
+    assert stop("accum8_split1", [0.04], {}, {"accum4_split1": STEADY[:6]}, ahead_steps=8, provisional_steps=1) is None
+    why = stop("accum8_split1", [0.04], {}, {"accum4_split1": STEADY[:5]}, ahead_steps=8, provisional_steps=1)
+    assert why is not None and why.startswith("provisional")
+
+
+def test_decision_stops_never_stops_a_re_run_in_full_provisionally():
+    running = {"accum8_split1": Running(PAIRS["accum8_split1"], [0.04])}
+    assert set(decision_stops(running, {}, GBS, first_pair_steps=8, ahead_steps=8, provisional_steps=1)) == {"accum8_split1"}
+    assert decision_stops(running, {}, GBS, first_pair_steps=8, ahead_steps=8, provisional_steps=1, in_full={"accum8_split1"}) == {}
+
+
+def test_racing_hands_the_provisional_step_and_its_re_runs_to_the_decision(tmp_path):
+    write_progress(trial_dir(tmp_path, "accum8_split1"), progress_record([0.04]))
+    racing = Racing(tmp_path, GBS, PAIRS, StopSteps(8, 8, PROVISIONAL_STEPS))
+    racing.in_full.add("accum8_split1")
+    assert racing.stop_losers(["accum8_split1"], {}) == {}
+    told = Racing(tmp_path, GBS, PAIRS, StopSteps(8, 8, PROVISIONAL_STEPS)).stop_losers(["accum8_split1"], {})
+    assert told["accum8_split1"].startswith("provisional")
+
+
+def test_a_finished_pair_without_a_real_interval_is_no_rival_to_separate_from():
+    """Stopped by the ordering (or provisionally) after a few steps, it cannot be separated from (cannot_win's
+    guard): as a rival it kept every later pair from stopping ahead, to the cap."""
+    results = {k: ok(k, t) for k, t in SEPARATED.items()}
+    results["accum8_split1"] = ok("accum8_split1", [t * 6 for t in STEADY[:3]])  # 3 steps, far below
+    why = stop("accum2_split1", STEADY, results, ahead_steps=8)
+    assert why is not None and "ahead of every measured pair" in why
+    # Alone, it leaves the pair with no rival measured: it stops at trial.measure_steps, past its stress step.
+    why = stop("accum2_split1", STEADY, {"accum8_split1": results["accum8_split1"]}, ahead_steps=8)
+    assert why is not None and "no other pair measured yet" in why
+
+
+# Rule 5: its own steps cannot separate it from a finished rival whose interval holds its own.
+WIDE = [0.010, 0.012, 0.008, 0.0115, 0.0085, 0.011, 0.009, 0.010]  # +-20%: an 8-step interval far wider than STEADY's
+
+
+@pytest.mark.parametrize(
+    # (its steps, the finished rival's (multiples of WIDE), steps timed, ahead_steps, stops?)
+    ("mine", "rival", "steps", "ahead_steps", "stops"),
+    [
+        (STEADY, 1.03, 8, 8, True),  # 3% apart, its +-2% interval inside the rival's +-20%: past the stress step
+        (STEADY, 1.03, 7, 8, False),  # before its stress step a possible answer is never stopped
+        (STEADY, 1.03, 6, FIT_KNOWN_STEPS, True),  # no stress step (command trials): once it has an interval
+        ([t * 0.85 for t in NOISY], 1.03, 8, 8, False),  # its interval reaches above the rival's: more steps may separate them
+    ],
+)
+def test_a_possible_answer_inside_a_finished_rivals_interval_stops_past_its_stress_step(mine, rival, steps, ahead_steps, stops):
+    results = {"accum1_split2": ok("accum1_split2", [t * rival for t in WIDE])}
+    why = stop("accum2_split1", (mine * 2)[:steps], results, ahead_steps=ahead_steps)
+    if stops:
+        assert why is not None and "its own steps cannot separate it from accum1_split2" in why
+    else:
+        assert why is None
+
+
+def test_a_running_rival_holding_it_does_not_stop_it_and_a_tied_one_may_join_a_holding_one():
+    wide = [t * 1.03 for t in WIDE]
+    # A running rival's interval still narrows: its steps may yet separate the two.
+    assert stop("accum2_split1", STEADY, {}, {"accum1_split2": wide}, ahead_steps=8) is None
+    # One finished rival holds it, another is tied with it within the run-to-run noise: nothing left to decide.
+    results = {"accum1_split2": ok("accum1_split2", wide), "accum4_split1": ok("accum4_split1", [t * 1.01 for t in STEADY])}
+    why = decision_stop("accum2_split1", {"accum2_split1": Running(PAIRS["accum2_split1"], STEADY)}, results, GBS, first_pair_steps=8,
+                        ahead_steps=8, run_to_run_noise=0.01)
+    assert why is not None and "its own steps cannot separate it from accum1_split2" in why
+
+
+# The provisional pairs run again in full when the search ends (orchestration/remeasure.py).
+def provisional(key: str, times: list[float], tight: bool = False) -> TrialResult:
+    return replace(ok(key, times, tight), stopped_early="provisional: the search's first pair")
+
+
+def test_a_provisional_pair_the_recommendation_would_take_is_run_again():
+    assert is_provisional(provisional("accum8_split1", [0.01])) and not is_provisional(ok("accum8_split1", [0.01]))
+    assert provisional_contenders({"accum8_split1": provisional("accum8_split1", [0.01])}) == ["accum8_split1"]
+    # Faster than every measured pair: the answer as it stands, so it is measured in full first.
+    results = {"accum8_split1": provisional("accum8_split1", [0.005]), "accum2_split1": ok("accum2_split1", STEADY)}
+    assert provisional_contenders(results) == ["accum8_split1"]
+    assert provisional_contenders({}) == []
+
+
+def test_a_provisional_pair_inside_the_answers_interval_is_run_again_and_one_below_it_is_not():
+    results = {"accum2_split1": ok("accum2_split1", STEADY), "accum8_split1": provisional("accum8_split1", [0.0101])}
+    assert provisional_contenders(results) == ["accum8_split1"]
+    results["accum8_split1"] = provisional("accum8_split1", [0.02])  # half as fast: not the answer whatever its re-run says
+    assert provisional_contenders(results) == []
+    # A tight provisional pair is not what the recommendation takes while a roomy pair ran ok.
+    results["accum8_split1"] = provisional("accum8_split1", [0.005], tight=True)
+    assert provisional_contenders(results) == []
+    # Every ok pair tight: the recommendation takes the fastest of them, so a provisional one is run again.
+    assert provisional_contenders({"accum8_split1": provisional("accum8_split1", [0.005], tight=True)}) == ["accum8_split1"]
+
+
+def test_a_first_pair_that_reached_its_stress_step_before_a_poll_saw_it_is_measured_in_full():
+    why = stop("accum8_split1", STEADY, {}, ahead_steps=8, provisional_steps=PROVISIONAL_STEPS)
+    assert why is not None and "no other pair measured yet" in why and not why.startswith("provisional")

@@ -248,6 +248,81 @@ def test_with_racing_off_the_trial_that_cannot_win_measures_to_its_own_end(tmp_p
     assert re.search(r"recommended .*\(accum=1\): ", proc.stdout)  # 1-D (the command has no {split}): the flags, then the pair
 
 
+def test_run_in_full_moves_the_provisional_record_aside_and_submits_the_pair_once(tmp_path):
+    """orchestration/remeasure.py on a stand-in orchestrator: the provisional pair the recommendation would take
+    is submitted again, its record kept as provisional.json, its progress cleared; never twice, never in screening."""
+    from types import SimpleNamespace
+
+    from sweep.orchestration.remeasure import PROVISIONAL_FILE, run_in_full
+    from sweep.records import write_progress, write_result
+
+    first = replace(ok(2, [0.01]), stopped_early="provisional: the search's first pair")
+    tdir = trial_dir(tmp_path, first.key)
+    tdir.mkdir(parents=True)
+    write_result(first, tdir)
+    write_progress(tdir, progress_record([0.01]))
+    submitted: list[str] = []
+    by_key = {c.key: c for c in enumerate_candidates(GBS, 1, None, None) if c.valid}
+
+    def stand_in(nominates_only: bool) -> SimpleNamespace:
+        plan = SimpleNamespace(nominates_only=nominates_only, sweep_dir=tmp_path, meta=SweepMeta("s", "cpu", "command", GBS, 1))
+        return SimpleNamespace(plan=plan, stop=SimpleNamespace(signal=None), results={first.key: first}, by_key=by_key,
+                               racing=Racing(tmp_path, GBS, by_key), display=SimpleNamespace(log=lambda line: None),
+                               _submit=lambda cand: submitted.append(cand.key))
+
+    assert run_in_full(stand_in(nominates_only=True)) is False and not submitted  # a screening row is never the answer
+    orch = stand_in(nominates_only=False)
+    assert run_in_full(orch) is True and submitted == [first.key]
+    assert not (tdir / RESULT_FILE).exists() and read_result(tdir / PROVISIONAL_FILE) == first
+    assert not (tdir / PROGRESS_FILE).exists() and orch.racing.in_full == {first.key}
+    # Until the re-run lands the provisional record stands (the strategy sees the pair as run); it is not run twice.
+    assert orch.results[first.key] is first and run_in_full(orch) is False and submitted == [first.key]
+
+
+FIRST_PAIR_WINS_SCRIPT = '''
+"""nanoGPT-style log: accum=1 runs out of memory at once; accum=2 is steady and ends; accum=4 is slower."""
+import sys, time
+accum = int(sys.argv[1].split("=")[1])
+if accum == 1:
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", file=sys.stderr, flush=True)
+    sys.exit(1)
+for it in range(40):
+    print(f"iter {it}: loss 1.0000, time {10.0 * accum * (1 + 0.001 * (it % 3)):.2f}ms, mfu 30.00%", flush=True)
+    time.sleep(0.3)  # slower than the orchestrator's poll: a stop request lands within a step or two
+'''
+
+
+@pytest.mark.e2e
+def test_a_provisional_first_pair_that_is_the_answer_is_run_again_in_full(tmp_path):
+    """The staircase's first pair, accum=2, stops provisionally after one timed step (nothing measured yet); accum=1
+    runs out of memory, accum=4 is outranked, so the search ends with the provisional pair first: it runs again in
+    its own dir, in full, and the recommendation rests on that run (orchestration/remeasure.py)."""
+    from sweep_run import run_sweep
+
+    from sweep.orchestration.remeasure import PROVISIONAL_FILE
+
+    script = tmp_path / "first_wins.py"
+    script.write_text(FIRST_PAIR_WINS_SCRIPT)
+    sweep_dir = tmp_path / "s"
+    argv = f'["{sys.executable}","{script}","--accum={{accum}}"]'
+    proc = run_sweep(
+        [f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv={argv}", "workload.parser.type=nanogpt", f"global_batch_size={GBS}",
+         "search=staircase", "accum=1,2,4", "split=1", "max_in_flight=1", "trial.time_limit_s=120", "live=false"],
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tdir = trial_dir(sweep_dir, "accum2_split1")
+    first = read_result(tdir / PROVISIONAL_FILE)
+    # Told after its first timed step; it stops at the step under way when it reads the request.
+    assert first.stopped_early.startswith("provisional") and first.steps_measured < 6
+    again = read_result(tdir / RESULT_FILE)
+    assert again.status == Status.OK and not again.stopped_early.startswith("provisional") and again.steps_measured >= 6
+    assert re.search(r"accum=2 split=1: stopped provisionally after \d timed step\(s\) .* running it again in full", proc.stdout)
+    rows = {int(r["accum"]): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+    assert rows[1]["status"] == "oom" and rows[2]["status"] == "ok" and int(rows[2]["steps_measured"]) == again.steps_measured
+    assert re.search(r"recommended .*\(accum=2\): ", proc.stdout)
+
+
 STEADY_SCRIPT = '''
 import time
 for it in range(12):

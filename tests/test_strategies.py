@@ -319,6 +319,22 @@ def test_when_every_ok_pair_is_tight_the_staircase_costs_at_most_two_more_trials
     assert len(roomy) <= len(tight) <= len(roomy) + 2
 
 
+def test_spare_slots_get_the_last_stairs_split_doubled_pair_with_spare_retry():
+    """A screening sweep's staircase (spare_retry) offers a spare device the pair it retries at if the last stair
+    runs out of memory in its joint phase; without it, and with one slot, nothing changes."""
+    land = LANDSCAPES["typical"]
+    step2 = {k: r for k, r in run_sweep(make_strategy("staircase", land.candidates()), land, 1, seed=1).items()
+             if k in ("accum8_split1", "accum2_split1", "accum4_split1")}
+    stairs = [c.key for c in make_strategy("staircase", land.candidates()).propose(step2, ()).candidates]
+    spare = [c.key for c in make_strategy("staircase", land.candidates(), spare_retry=True).propose(step2, ()).candidates]
+    assert stairs == ["accum4_split2", "accum2_split4", "accum1_split8"]
+    assert spare == [*stairs, "accum1_split16"]
+    # The retry is offered while the last stair runs; once the stair ran out of memory, the walk itself goes there.
+    assert make_strategy("staircase", land.candidates(), spare_retry=True).propose(step2, stairs).candidates[0].key == "accum1_split16"
+    # Only the staircase has stairs: the grid takes the option and ignores it.
+    assert make_strategy("grid", land.candidates(), spare_retry=True).name == "grid"
+
+
 def test_waits_rather_than_guessing_while_the_step2_answer_is_in_flight():
     land = LANDSCAPES["typical"]
     strat = make_strategy("staircase", land.candidates())

@@ -12,14 +12,28 @@ warm-up and FIT_KNOWN_STEPS timed steps have passed, when
    heuristic; a pair whose first steps contradict it runs on to the rules below;
 2. racing: its 95% interval lies wholly below the leader's (core/measure.cannot_win, with its
    guards: real intervals on both sides, a margin for run-to-run drift);
+
+and, before any pair has a figure to be compared with, when
+
+0. provisional: no roomy pair has finished and no running one has a real interval, so the search
+   has only begun; the staircase's first fitting pair is its slowest candidate that fits (the
+   biggest accumulation at split 1), and the pairs it launches next are expected to beat it. Its
+   figure serves to order them (rule 1) and its status to guide the search, so it stops once its
+   fit at the first (worst) batch is known (PROVISIONAL_STEPS), before its stress step, with
+   `stopped_early` starting "provisional". A figure of so few steps has no 95% interval, so no
+   rule below compares a pair with it (rivals need MIN_INTERVAL_STEPS steps), and it is never the
+   answer as it stands: a provisional pair that may still be the answer when the search ends (the
+   pair the recommendation would take, or one whose median reaches that pair's 95% lower bound:
+   provisional_contenders) is run again, in full, and decided on that measurement.
+
 and because it is ahead only once its fit is known (it has passed its stress step: see
 ahead_after_steps), when
 
-3. separated: its interval lies wholly above every rival's (each finished roomy ok pair, and each
-   running pair with a real interval): it is the answer so far, and more steps would only narrow
-   an interval that already decides. With no rival measured yet, the first pair stops at
-   trial.measure_steps: every later pair is compared with it, and one that lands inside its
-   interval is measured on (rule 3 cannot separate them) to the cap.
+3. separated: its interval lies wholly above every rival's (each finished roomy ok pair and each
+   running pair with a real interval, MIN_INTERVAL_STEPS steps or more): it is the answer so far,
+   and more steps would only narrow an interval that already decides. With no rival measured yet,
+   the pair stops at trial.measure_steps: every later pair is compared with it, and one that lands
+   inside its interval is measured on (rule 3 cannot separate them) to the cap.
 
 A pair stopped for being ahead may be the recommendation, so it must have met the worst memory its
 training will: the built-in RNN-T repeats its worst batch at step workload.stress_step, after the
@@ -34,24 +48,32 @@ and, also only once its fit is known, when
    pair differ by up to 1.96 * sqrt(2) * machine.run_to_run_noise, 2.8% at cuda's default 1%).
    More steps narrow each trial's own interval, but a rerun of either moves it by more than the
    gap: no number of steps orders them, and the confidence score, which adds that noise to every
-   trial's error, calls them a tie either way.
+   trial's error, calls them a tie either way;
+5. its own steps cannot separate it: every rival it is not separated from is tied with it (rule 4)
+   or has finished with an interval that holds its own whole 95% interval (with racing's margin).
+   Its own further steps converge on its true median, which (at 95%) lies inside that finished
+   rival's interval, where no interval of its own can clear the rival's: only the rival's steps
+   could order them, and it has stopped. The order of the two medians decides, and the confidence
+   score carries both intervals as they are. (On the H100's base24, accum=1 split=32 ran 24 timed
+   steps past its stress step inside accum=2 split=16's 8-step interval, to the cap.)
 
 A pair that may still be the answer (its interval overlaps the leader's or the runner-up's, further
-apart than the noise) runs on until the trial's own rule (target precision or the cap) ends it. A stopped trial keeps its
-partial measurement as ok with `stopped_early` saying why, as racing's stops do.
+apart than the noise, and reaches out of them) runs on until the trial's own rule (target precision
+or the cap) ends it. A stopped trial keeps its partial measurement as ok with `stopped_early` saying
+why, as racing's stops do.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sweep.core.growth import at_risk
 from sweep.core.implications import no_faster_than
-from sweep.core.measure import MIN_INTERVAL_STEPS, cannot_win, race_reason
+from sweep.core.measure import MIN_INTERVAL_STEPS, RACE_MARGIN, cannot_win, race_reason
 from sweep.core.ranking import ranked_ok
-from sweep.core.schema import TrialResult
+from sweep.core.schema import OK, TrialResult
 from sweep.core.space import Candidate
 from sweep.core.stats import throughput_summary
 
@@ -59,6 +81,10 @@ from sweep.core.stats import throughput_summary
 # first step is its longest batch, so one passed step has met the worst memory on a fresh
 # allocator; a command trial's worst step is unknown, and this is also where it may stop ahead.
 FIT_KNOWN_STEPS = 1
+# Where a pair stops provisionally (rule 0): as soon as its fit at the worst batch is known and it has
+# one figure to order the next pairs by. Its stop reason starts with PROVISIONAL.
+PROVISIONAL_STEPS = FIT_KNOWN_STEPS
+PROVISIONAL = "provisional"
 
 
 def ahead_after_steps(stress_step: int, warmup_steps: int) -> int:
@@ -103,7 +129,16 @@ def _interval(times: Sequence[float], global_batch_size: int) -> tuple[float, In
 
 
 def _has_interval(r: TrialResult) -> bool:
-    return bool(r.throughput_low and r.throughput_high and r.step_times_s)
+    """A real 95% interval: MIN_INTERVAL_STEPS steps or more. A finished pair with fewer was stopped by
+    the ordering (rule 1: never the answer) or provisionally (rule 0: run again if it may be); it is
+    no rival to separate from, as no interval can be separated from its figure (cannot_win's guard)."""
+    return bool(r.throughput_low and r.throughput_high and len(r.step_times_s) >= MIN_INTERVAL_STEPS)
+
+
+def _holds(outer: Interval, inner: Interval) -> bool:
+    """Whether `outer` (a finished rival's interval) holds all of `inner`, with racing's margin on each side:
+    then no narrowing of `inner` around a median inside it can clear `outer` either way (cannot_win)."""
+    return inner[0] * (1.0 + RACE_MARGIN) >= outer[0] and inner[1] <= outer[1] * (1.0 + RACE_MARGIN)
 
 
 def outranking(cand: Candidate, results: Mapping[str, TrialResult]) -> list[TrialResult]:
@@ -133,12 +168,15 @@ def decision_stop(
     first_pair_steps: int,
     ahead_steps: int = FIT_KNOWN_STEPS,
     run_to_run_noise: float = 0.0,
+    provisional_steps: int = 0,
 ) -> str | None:
     """Why the running trial `key` should stop now, or None while it may still change the answer.
 
     first_pair_steps: where a pair stops with no rival measured (trial.measure_steps).
     ahead_steps: timed steps before a pair may stop for being ahead (ahead_after_steps).
     run_to_run_noise: machine.run_to_run_noise; 0 leaves tied pairs to the trial's own rule (rule 4).
+    provisional_steps: where the search's first pair stops provisionally (rule 0, PROVISIONAL_STEPS);
+    0 for a trial that must not (a re-run of a provisional pair, a confirmation of screened ones).
     """
     me = running[key]
     times = [t for t in me.step_times_s if t > 0]
@@ -154,15 +192,23 @@ def decision_stop(
                 f"outranked by {r.key} (no bigger micro-batch or "
                 f"joint chunk, and {mid:.4g} samples/s so far against its {float(r.throughput or 0.0):.4g})"
             )
+    # 0. the search's first pair: a figure to order the next pairs by, its fit at the worst batch known (one that
+    # reached its stress step and trial.measure_steps before a poll saw it is measured in full: rule 3 stops it)
+    measured = {k: [t for t in run.step_times_s if t > 0] for k, run in running.items() if k != key}
+    in_full = n >= max(ahead_steps, first_pair_steps)
+    if 0 < provisional_steps <= n and not in_full and not roomy and all(len(t) < MIN_INTERVAL_STEPS for t in measured.values()):
+        return (
+            f"{PROVISIONAL}: the search's first pair, no other pair measured yet; its fit at the first (worst) batch is known, "
+            f"its stress step is not: run again in full if it may be the answer"
+        )
     if n < MIN_INTERVAL_STEPS:
         return None
     rivals: list[tuple[str, Interval, int]] = [
         (r.key, (float(r.throughput_low or 0.0), float(r.throughput_high or 0.0)), len(r.step_times_s)) for r in roomy if _has_interval(r)
     ]
     medians = {r.key: float(r.throughput or 0.0) for r in roomy if _has_interval(r)}
-    for other, run in running.items():
-        other_times = [t for t in run.step_times_s if t > 0]
-        if other != key and len(other_times) >= MIN_INTERVAL_STEPS:
+    for other, other_times in measured.items():
+        if len(other_times) >= MIN_INTERVAL_STEPS:
             other_mid, other_iv = _interval(other_times, global_batch_size)
             rivals.append((other, other_iv, len(other_times)))
             medians[other] = other_mid
@@ -184,12 +230,21 @@ def decision_stop(
             f"> the runner-up {runner_up[0]}'s upper bound {runner_up[1][1]:.4g})"
         )
     # 4. tied within the run-to-run noise with every rival it is not separated from
-    open_rivals = [k for k, iv, steps in rivals if not cannot_win(iv, mine, candidate_steps=steps, leader_steps=n)]
-    if run_to_run_noise > 0 and open_rivals and all(tied(mid, medians[k], run_to_run_noise) for k in open_rivals):
-        nearest = min(open_rivals, key=lambda k: abs(math.log(mid / medians[k])))
+    open_rivals = [(k, iv) for k, iv, steps in rivals if not cannot_win(iv, mine, candidate_steps=steps, leader_steps=n)]
+    ties = {k for k, _ in open_rivals if run_to_run_noise > 0 and tied(mid, medians[k], run_to_run_noise)}
+    if open_rivals and len(ties) == len(open_rivals):
+        nearest = min(ties, key=lambda k: abs(math.log(mid / medians[k])))
         return (
             f"tied with {nearest} within the run-to-run noise ({mid:.4g} against {medians[nearest]:.4g} samples/s, "
             f"closer than {tie_band(run_to_run_noise):.1%}: a rerun moves either by more)"
+        )
+    # 5. the rest hold its whole interval in finished ones of their own: only their steps could order them
+    holding = [(k, iv) for k, iv in open_rivals if k not in ties and k in results and _holds(iv, mine)]
+    if open_rivals and len(ties) + len(holding) == len(open_rivals):
+        k, iv = holding[0]
+        return (
+            f"its own steps cannot separate it from {k}: its 95% interval {mine[0]:.4g}-{mine[1]:.4g} samples/s "
+            f"lies inside that finished pair's {iv[0]:.4g}-{iv[1]:.4g}"
         )
     return None
 
@@ -202,13 +257,40 @@ def decision_stops(
     first_pair_steps: int,
     ahead_steps: int = FIT_KNOWN_STEPS,
     run_to_run_noise: float = 0.0,
+    provisional_steps: int = 0,
+    in_full: Collection[str] = (),
 ) -> dict[str, str]:
-    """{key: reason} for every running trial that should stop now."""
+    """{key: reason} for every running trial that should stop now; in_full: the running trials that may
+    not stop provisionally (the re-runs of provisional pairs)."""
     out = {}
     for key in running:
         reason = decision_stop(
-            key, running, results, global_batch_size, first_pair_steps=first_pair_steps, ahead_steps=ahead_steps, run_to_run_noise=run_to_run_noise
+            key, running, results, global_batch_size, first_pair_steps=first_pair_steps, ahead_steps=ahead_steps,
+            run_to_run_noise=run_to_run_noise, provisional_steps=0 if key in in_full else provisional_steps,
         )
         if reason:
             out[key] = reason
     return out
+
+
+def is_provisional(r: TrialResult) -> bool:
+    """An ok trial stopped by rule 0: its figure orders the search, it is never the answer as it stands."""
+    return r.status == OK and (r.stopped_early or "").startswith(PROVISIONAL)
+
+
+def provisional_contenders(results: Mapping[str, TrialResult]) -> list[str]:
+    """The provisional pairs that may still be the answer, fastest first: each is run again in full.
+
+    The pair the recommendation would take (core/ranking.recommendation: the fastest roomy ok pair, or
+    the fastest ok pair when every one is tight), if it is provisional; else each provisional pair among
+    the same ones whose median reaches that pair's 95% lower bound. A re-run that lands lower may leave
+    another provisional pair first: that one is run again in its turn."""
+    ranked = ranked_ok(results)
+    pool = [r for r in ranked if not at_risk(r)] or ranked
+    if not pool:
+        return []
+    best = pool[0]
+    if is_provisional(best):
+        return [best.key]
+    floor = float(best.throughput_low or best.throughput or 0.0)
+    return [r.key for r in pool if is_provisional(r) and float(r.throughput or 0.0) >= floor]

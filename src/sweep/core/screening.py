@@ -5,29 +5,29 @@ device) needs the same per-rank memory, bar DDP's gradient buckets, and runs at 
 per-rank speed. So the search screens candidates as one-rank trials, N at a time, one per device;
 then the pairs inside the noise of the screening leader are run as full N-device trials, and the
 table and recommendation rest on those. The screening rows are kept, labelled, in their own subdir.
+
+A screening row is measured to the decision (core/decision.py) like a full trial, with the workload's
+stress step: a screened pair may be confirmed, and a confirmation is a fresh N-rank job, so a late
+OOM is cheaper met at one rank, on a warm worker, than in it; and the pair's ok status prunes the
+screening search through the ordering, so it rests on the stress step passed. (Stopping screening
+rows ahead before the stress step, as before, nominated H100 pairs that ran out of memory at it:
+large80's accum=1 split=8, base24's accum=2 split=8, and kept the staircase from the split-doubled
+pair that was the answer.) The search's first screened pair stops provisionally
+(core/decision.py's rule 0) and is never run again: a screening row is never the answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sweep.core.decision import FIT_KNOWN_STEPS
+from sweep.core.decision import tied
 from sweep.core.growth import at_risk
-from sweep.core.measure import MIN_INTERVAL_STEPS
+from sweep.core.implications import no_faster_than
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, TrialResult
 
 SCREEN_MODES = ("auto", "on", "off")
 SCREENING_DIR = "screening"  # under the sweep dir: the one-rank trials, a sweep dir of their own
-
-# How the decision (core/decision.py) measures a screening trial. A screening row is never the
-# recommendation: it nominates pairs for the full trials, and each full trial meets the workload's
-# stress step itself, at full scale (where DDP's buckets add memory the one-rank trial never saw).
-# So a screened pair may stop for being ahead or tied once its interval decides it, without waiting
-# for the stress step, and the first screened pair, there only for later pairs to be compared with,
-# stops at the fewest steps that give a real 95% interval instead of trial.measure_steps.
-SCREEN_AHEAD_STEPS = FIT_KNOWN_STEPS
-SCREEN_FIRST_PAIR_STEPS = MIN_INTERVAL_STEPS
 
 
 def screens(mode: str, num_devices: int) -> bool:
@@ -42,7 +42,9 @@ def screening_batch(global_batch_size: int, num_devices: int) -> int:
     return global_batch_size // num_devices
 
 
-def confirm_candidates(screening: Mapping[str, TrialResult], confirmed: Mapping[str, TrialResult] | None = None) -> list[TrialResult]:
+def confirm_candidates(
+    screening: Mapping[str, TrialResult], confirmed: Mapping[str, TrialResult] | None = None, run_to_run_noise: float = 0.0
+) -> list[TrialResult]:
     """The screened pairs still to confirm with a full trial, fastest first.
 
     The leader (the fastest roomy screened pair) and every roomy screened pair whose interval
@@ -50,6 +52,13 @@ def confirm_candidates(screening: Mapping[str, TrialResult], confirmed: Mapping[
     a roomy one is there: a full trial's ranks need at least that memory (DDP adds its buckets), so
     it would be tight again. When every pair confirmed so far failed, ran out of memory or was
     tight, the next screened pairs in order: the table's answer must rest on a full trial.
+
+    Once a pair is confirmed (ok and roomy at full scale), a pair still to confirm is left out when
+    no full trial could rank it above that one: the throughput ordering rules it out (the confirmed
+    pair has no smaller micro-batch or joint chunk and screened faster: the staircase would not launch
+    it), or their screened medians lie inside the run-to-run noise of each other (run_to_run_noise,
+    machine.run_to_run_noise: core/decision.tied; two full trials would be tied as well, and a tie is
+    not an order a measurement can give).
     """
     done = dict(confirmed or {})
     ranked = [r for r in ranked_ok(screening) if r.throughput_high]
@@ -59,7 +68,17 @@ def confirm_candidates(screening: Mapping[str, TrialResult], confirmed: Mapping[
     lead = roomy[0]
     floor = float(lead.throughput_low or lead.throughput or 0.0)
     noise = [r for r in roomy if r is lead or float(r.throughput_high or 0.0) >= floor]
-    left = [r for r in noise if r.key not in done]
+    screened = {r.key: r for r in ranked}
+    held = [screened[k] for k, r in done.items() if r.status == OK and not at_risk(r) and k in screened]
+    left = [r for r in noise if r.key not in done and not any(_needs_no_full_trial(r, c, run_to_run_noise) for c in held)]
     if left or any(r.status == OK and not at_risk(r) for r in done.values()):
         return left
     return [r for r in roomy if r.key not in done][:1]
+
+
+def _needs_no_full_trial(pair: TrialResult, confirmed: TrialResult, run_to_run_noise: float) -> bool:
+    """Whether no full trial could rank `pair` above the confirmed pair, on their screening rows."""
+    mid, other = float(pair.throughput or 0.0), float(confirmed.throughput or 0.0)
+    if no_faster_than(pair, confirmed) and mid < other:
+        return True
+    return run_to_run_noise > 0 and tied(mid, other, run_to_run_noise)

@@ -163,8 +163,9 @@ class Staircase(_Base):
 
     name = "staircase"
 
-    def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None, **memory: Any) -> None:
+    def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None, spare_retry: bool = False, **memory: Any) -> None:
         super().__init__(candidates, max_trials, **memory)
+        self.spare_retry = spare_retry
         self.by_pair = {(c.accum, c.split): c for c in self.candidates}
         self.splits_at: dict[int, list[int]] = {}
         for c in self.candidates:  # sorted, so each list is ascending
@@ -182,6 +183,10 @@ class Staircase(_Base):
             return pending
         if base is not None:
             pending = self._step3(base, finished, results, roomy)
+            if pending and self.spare_retry:
+                # For a spare slot: the last stair's split-doubled pair, what a joint-phase OOM there retries.
+                state, retry = self._first_runnable(pending[-1].accum, pending[-1].split * 2, finished, results, roomy)
+                return pending + ([retry] if state == "pending" and retry is not None else [])
             if pending:
                 return pending
         return self._refine(finished, results, roomy)
@@ -328,8 +333,10 @@ def make_strategy(
     *,
     capacity_gib: float | None = None,
     trust_memory_model: bool = True,
+    spare_retry: bool = False,
 ) -> Strategy:
-    """capacity_gib: device memory per device (machine.memory_gib); None turns predictions off."""
+    """capacity_gib: device memory per device (machine.memory_gib); None turns predictions off.
+    spare_retry: the staircase offers spare slots its last stair's split-doubled pair (Staircase)."""
     cls = STRATEGIES.get(name)
     if cls is None:
         raise ValueError(f"unknown search strategy {name!r}: valid names are {', '.join(sorted(STRATEGIES))}")
@@ -337,4 +344,5 @@ def make_strategy(
         raise ValueError(f"max_trials={max_trials!r} is not valid: expected a positive integer or None")
     if capacity_gib is not None and (isinstance(capacity_gib, bool) or not isinstance(capacity_gib, (int, float)) or capacity_gib <= 0):
         raise ValueError(f"memory capacity={capacity_gib!r} GiB is not valid: expected a positive number or None")
-    return cls(candidates, max_trials, capacity_gib=capacity_gib, trust_memory_model=bool(trust_memory_model))
+    extra = {"spare_retry": True} if spare_retry and cls is Staircase else {}
+    return cls(candidates, max_trials, capacity_gib=capacity_gib, trust_memory_model=bool(trust_memory_model), **extra)

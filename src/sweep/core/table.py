@@ -29,7 +29,7 @@ _LEGEND = {
     TIGHT_MARK: "tight = ran ok with headroom below trial.memory_margin, or its reserved peak still growing at its end: may OOM in real training",
     # Short enough to take three lines of a 60-column live view (the live view keeps its rows above it).
     EARLY_MARK: "early = stopped before its last step: more steps could not change the answer (it could not beat the leader, "
-    "was already ahead of every measured pair, or was tied with its rivals within the run-to-run noise)",
+    "was ahead of every measured pair, or tied with its rivals or inside one's interval), or provisionally as the first pair",
 }
 
 # Rows that never ran and say so in one count line instead of a row each (the dry run lists them).

@@ -35,6 +35,7 @@ from sweep.orchestration.display import Display, landed_line, scaling_lines
 from sweep.orchestration.plan import META_FILE, SweepPlan, sweep_record
 from sweep.orchestration.preflight import local_cuda_devices
 from sweep.orchestration.racing import Predictions, Racing, plan_stop_steps
+from sweep.orchestration.remeasure import run_in_full
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import remove_stale_temp_files
 from sweep.records import atomic_write_text, collect_results, point_latest
@@ -64,18 +65,17 @@ class Orchestrator:
         self.plan = plan
         self.poll_interval_s = poll_interval_s
         self.display = display or Display(plan.live)
-        # strategy: another proposer than plan.search's (screening's confirmations, orchestration/screening.py)
+        # strategy: another proposer than plan.search's (screening's confirmations, orchestration/screening.py);
+        # a screening sweep's staircase gives its spare devices the likeliest retry (core/strategies.Staircase).
         self.strategy = strategy or make_strategy(
-            plan.search, plan.candidates, plan.max_trials, capacity_gib=plan.machine.memory_gib, trust_memory_model=plan.trust_memory_model
+            plan.search, plan.candidates, plan.max_trials, capacity_gib=plan.machine.memory_gib, trust_memory_model=plan.trust_memory_model,
+            spare_retry=plan.nominates_only,
         )
         self.by_key = {c.key: c for c in plan.candidates}
         decision = self.by_key if plan.measure_to_decision else None
-        # A possible answer stops ahead only past its stress step; a screening row is never one (plan_stop_steps).
-        # A pair past it whose rivals lie inside the machine's run-to-run noise stops as tied (core/decision.py, rule 4).
-        first_pair, ahead = plan_stop_steps(plan)
-        self.racing = Racing(
-            plan.sweep_dir, plan.meta.global_batch_size, decision, first_pair, ahead_steps=ahead, run_to_run_noise=run_to_run_noise(plan.machine),
-        )
+        # A possible answer stops ahead, tied or undecidable only past its stress step; the search's first pair
+        # stops provisionally (plan_stop_steps), and is run again in full if it may be the answer (_loop).
+        self.racing = Racing(plan.sweep_dir, plan.meta.global_batch_size, decision, plan_stop_steps(plan), run_to_run_noise(plan.machine))
         self.predictions = Predictions(plan.sweep_dir, plan.meta, self.by_key, plan.machine.memory_gib)
         self.results: dict[str, TrialResult] = {}
         self.in_flight: dict[str, InFlight] = {}
@@ -192,8 +192,9 @@ class Orchestrator:
             if landed or started or self._progress_changed():
                 self._publish()
             if not self.in_flight and (proposal.done or not started):
-                # Done, or nothing left to propose with nothing running: nothing can change any more.
-                return
+                # Done, or nothing left to propose with nothing running, unless a provisional pair may be the answer.
+                if not run_in_full(self):
+                    return
             self._stop_if_signalled()
             time.sleep(self.poll_interval_s)
 

@@ -65,8 +65,8 @@ class SweepPlan:
     # A screening sweep cancels a trial the throughput ordering rules out before its first timed step
     # (core/decision.cancel_reason), as the strategy would not have launched it; never for the grid.
     cancel_outranked: bool = False
-    # A screening sweep's rows only nominate pairs for full trials, which meet the stress step themselves:
-    # the decision measures them as core/screening's SCREEN_* say (orchestration/racing.plan_stop_steps).
+    # A screening sweep's rows only nominate pairs for full trials: never the answer, so a provisional one is
+    # never run again in full (orchestration/remeasure.py).
     nominates_only: bool = False
     overrides: list[str] = field(default_factory=list)
     # What a trial's measurement depends on (core/fingerprint.py), and its digest.

@@ -6,8 +6,10 @@ interval of its median throughput; when that interval lies wholly below the lead
 `<trial dir>/stop.json` with the reason. It alone writes that file; the trial polls for it
 between steps, stops, and records its partial measurement as ok with `stopped_early`.
 Measuring to the decision (search.measure_to_decision, core/decision.py) uses the same channel
-for more reasons: the throughput ordering rules the trial out, or it is already separated above
-every rival.
+for more reasons: the throughput ordering rules the trial out, it is already separated above
+every rival, tied with them, or its own steps cannot separate it from them; or it is the search's
+first pair, stopped provisionally once its fit is known (orchestration/remeasure.py runs such a
+pair again in full when it may be the answer).
 
 Predicted OOMs. Pairs the strategy's memory model will not launch get a record of their own,
 `<trial dir>/predicted_oom.json` (TrialResult schema, status predicted_oom, the predicted peak
@@ -21,15 +23,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from sweep.core.decision import FIT_KNOWN_STEPS, Running, ahead_after_steps, decision_stops
+from sweep.core.decision import FIT_KNOWN_STEPS, PROVISIONAL_STEPS, Running, ahead_after_steps, decision_stops
 from sweep.core.growth import at_risk
 from sweep.core.measure import STOP_FILE, cannot_win, race_reason
 from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import Status, TrialResult, now_iso, trial_dir
-from sweep.core.screening import SCREEN_AHEAD_STEPS, SCREEN_FIRST_PAIR_STEPS
 from sweep.core.space import Candidate
 from sweep.core.stats import throughput_summary
 from sweep.records import atomic_write_text, progress_step_times
@@ -72,16 +73,28 @@ def losers(
     return out
 
 
+class StopSteps(NamedTuple):
+    """How many timed steps the decision lets a plan's trials run before each kind of stop (core/decision.py)."""
+
+    first_pair: int  # a pair with no rival measured (trial.measure_steps)
+    ahead: int  # a pair ahead, tied, or past what its own steps can separate: past the stress step
+    provisional: int  # the search's first pair (rule 0); 0: never
+
+
+# trial.measure_steps' default, no stress step, no provisional stop: what a Racing is told when nothing else is
+PLAIN_STEPS = StopSteps(first_pair=8, ahead=FIT_KNOWN_STEPS, provisional=0)
+
+
 class Racing:
     """Writes stop.json for running trials that cannot win; each trial is told once.
 
     With `candidates` (the sweep's pairs by key) it measures to the decision instead
-    (core/decision.py): a trial also stops once the throughput ordering rules it out, or once its
-    interval already separates it from every rival; first_pair_steps is where a pair with no rival
-    measured stops (trial.measure_steps); ahead_steps is how many timed steps a pair runs before it
-    may stop for being ahead (core/decision.ahead_after_steps: past the workload's stress step);
-    run_to_run_noise (machine.run_to_run_noise) is where a pair past that step stops as tied with its
-    rivals (core/decision.tie_band).
+    (core/decision.py): a trial also stops once the throughput ordering rules it out, once its
+    interval already separates it from every rival, once it is tied with them within
+    run_to_run_noise (machine.run_to_run_noise, core/decision.tie_band), or once its own steps cannot
+    separate it from them; steps (plan_stop_steps) says after how many timed steps each of those may
+    come, and where the search's first pair stops provisionally. The trials in `in_full` (re-runs of
+    provisional pairs: orchestration/remeasure.py) never stop provisionally.
     """
 
     def __init__(
@@ -89,17 +102,16 @@ class Racing:
         sweep_dir: Path,
         global_batch_size: int,
         candidates: Mapping[str, Candidate] | None = None,
-        first_pair_steps: int = 8,
-        ahead_steps: int = FIT_KNOWN_STEPS,
+        steps: StopSteps = PLAIN_STEPS,
         run_to_run_noise: float = 0.0,
     ) -> None:
         self.sweep_dir = sweep_dir
         self.global_batch_size = global_batch_size
         self.candidates = candidates
-        self.first_pair_steps = first_pair_steps
-        self.ahead_steps = ahead_steps
+        self.steps = steps
         self.run_to_run_noise = run_to_run_noise
         self.told: set[str] = set()
+        self.in_full: set[str] = set()
 
     def forget(self, key: str) -> None:
         """A (re)submitted trial starts with no stop request."""
@@ -117,8 +129,8 @@ class Racing:
             stopped = {
                 k: why
                 for k, why in decision_stops(
-                    now, results, self.global_batch_size, first_pair_steps=self.first_pair_steps, ahead_steps=self.ahead_steps,
-                    run_to_run_noise=self.run_to_run_noise,
+                    now, results, self.global_batch_size, first_pair_steps=self.steps.first_pair, ahead_steps=self.steps.ahead,
+                    run_to_run_noise=self.run_to_run_noise, provisional_steps=self.steps.provisional, in_full=self.in_full,
                 ).items()
                 if k not in self.told
             }
@@ -128,13 +140,17 @@ class Racing:
         return stopped
 
 
-def plan_stop_steps(plan: Any) -> tuple[int, int]:
-    """(first_pair_steps, ahead_steps) for a plan's Racing: trial.measure_steps and the workload's
-    stress step; a screening sweep's (plan.nominates_only) from core/screening, since none of its
-    rows is the recommendation."""
-    if plan.nominates_only:
-        return SCREEN_FIRST_PAIR_STEPS, SCREEN_AHEAD_STEPS
-    return int(plan.trial.measure_steps), plan_ahead_steps(plan.workload, plan.trial.warmup_steps)
+def plan_stop_steps(plan: Any) -> StopSteps:
+    """The plan's StopSteps: trial.measure_steps for a pair with no rival, the workload's stress step for a
+    possible answer to stop ahead, tied or undecidable by its own steps (a screening row too: core/screening.py),
+    and the search's first pair stopped provisionally where that pair is the slow end of the search (the
+    staircase's and the powers climb's first fitting pair: the biggest accumulation, or the smallest micro-batch).
+    Not with search=grid, whose first pair is the biggest micro-batch, as likely the answer as not; nor in a
+    screened sweep's confirmations (plan.screen), whose first full trial is the screening leader: a provisional
+    stop there would most often be run again."""
+    ahead = plan_ahead_steps(plan.workload, plan.trial.warmup_steps)
+    provisional = 0 if plan.screen or plan.search == "grid" else PROVISIONAL_STEPS
+    return StopSteps(int(plan.trial.measure_steps), ahead, provisional)
 
 
 def plan_ahead_steps(workload: Any, warmup_steps: int) -> int:
