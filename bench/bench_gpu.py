@@ -36,8 +36,7 @@ model, racing and decision rules):
   trial.measure_steps timed steps each, measured to the decision with the stress step like a full
   trial (core/screening.py), the first pair provisional and never run again, the spare devices
   given the last stair's split-doubled pair (core/strategies.Staircase's spare_retry); then the
-  pairs inside the leader's noise as full 8-rank trials, bar those tied with a confirmed pair within
-  the run-to-run noise or ruled out by the ordering (core/screening.confirm_candidates), measured
+  pairs inside the leader's noise as full 8-rank trials (core/screening.confirm_candidates), measured
   to the decision with the stress step; the answer is the best full trial).
 
 Warm workers as built (launch/warm_pool.py): one-rank trials only, so on one device the first trial

@@ -178,13 +178,13 @@ class Outcome:
 class _Confirm:
     """The confirmations: core/screening.confirm_candidates, one full trial at a time."""
 
-    def __init__(self, screening: Mapping[str, TrialResult], run_to_run_noise: float) -> None:
-        self.screening, self.run_to_run_noise = screening, run_to_run_noise
+    def __init__(self, screening: Mapping[str, TrialResult]) -> None:
+        self.screening = screening
 
     def propose(self, finished: Mapping[str, TrialResult], in_flight: Any) -> Proposal:
         from sweep.core.screening import confirm_candidates
 
-        confirm = confirm_candidates(self.screening, finished, self.run_to_run_noise)
+        confirm = confirm_candidates(self.screening, finished)
         left = [Candidate(r.accum, r.split, r.per_device_batch, r.joint_batch, True) for r in confirm]
         left = [c for c in left if c.key not in in_flight]
         return Proposal(left, done=not left and not in_flight)
@@ -371,9 +371,8 @@ def eight_gpu_host(land: GpuLandscape, policy: Policy, seed: int, devices: int =
     sub = replace(policy, cancel_outranked=True, nominates_only=True, screen=False)
     strategy = make_strategy("staircase", land.valid(), capacity_gib=land.capacity_gib, spare_retry=True)
     screen = run_phase(land, strategy, sub, rng, slots=devices, ranks=1, gbs=128, max_steps=MEASURE_STEPS)
-    # The pairs inside the leader's noise, bar those tied with (or outranked by) a confirmed one; when none of them
-    # ends roomy and ok, the next screened pairs.
-    confirm = _Confirm(screen.results, policy.run_to_run_noise)
+    # The pairs inside the leader's noise; when none of them ends roomy and ok, the next screened pairs.
+    confirm = _Confirm(screen.results)
     full = run_phase(land, confirm, policy, rng, slots=1, ranks=devices, gbs=gbs, first_start=screen.wall_s)
     return Outcome(screen.gpu_s + full.gpu_s, full.wall_s, pick_of(full.results), len(screen.results) + len(full.results), screen.results)
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sweep.core.decision import tied
 from sweep.core.growth import at_risk
-from sweep.core.implications import no_faster_than
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, TrialResult
 
@@ -42,23 +40,17 @@ def screening_batch(global_batch_size: int, num_devices: int) -> int:
     return global_batch_size // num_devices
 
 
-def confirm_candidates(
-    screening: Mapping[str, TrialResult], confirmed: Mapping[str, TrialResult] | None = None, run_to_run_noise: float = 0.0
-) -> list[TrialResult]:
+def confirm_candidates(screening: Mapping[str, TrialResult], confirmed: Mapping[str, TrialResult] | None = None) -> list[TrialResult]:
     """The screened pairs still to confirm with a full trial, fastest first.
 
     The leader (the fastest roomy screened pair) and every roomy screened pair whose interval
     reaches the leader's lower bound (inside its noise). A pair tight at one rank is left out while
     a roomy one is there: a full trial's ranks need at least that memory (DDP adds its buckets), so
     it would be tight again. When every pair confirmed so far failed, ran out of memory or was
-    tight, the next screened pairs in order: the table's answer must rest on a full trial.
-
-    Once a pair is confirmed (ok and roomy at full scale), a pair still to confirm is left out when
-    no full trial could rank it above that one: the throughput ordering rules it out (the confirmed
-    pair has no smaller micro-batch or joint chunk and screened faster: the staircase would not launch
-    it), or their screened medians lie inside the run-to-run noise of each other (run_to_run_noise,
-    machine.run_to_run_noise: core/decision.tied; two full trials would be tied as well, and a tie is
-    not an order a measurement can give).
+    tight, the next screened pairs in order: the table's answer must rest on a full trial. Every
+    pair inside the leader's noise is confirmed, a pair screened within the run-to-run noise of a
+    confirmed one included: the table and the recommendation rest on full trials, and two pairs
+    that screening cannot order are each measured at full scale.
     """
     done = dict(confirmed or {})
     ranked = [r for r in ranked_ok(screening) if r.throughput_high]
@@ -68,17 +60,7 @@ def confirm_candidates(
     lead = roomy[0]
     floor = float(lead.throughput_low or lead.throughput or 0.0)
     noise = [r for r in roomy if r is lead or float(r.throughput_high or 0.0) >= floor]
-    screened = {r.key: r for r in ranked}
-    held = [screened[k] for k, r in done.items() if r.status == OK and not at_risk(r) and k in screened]
-    left = [r for r in noise if r.key not in done and not any(_needs_no_full_trial(r, c, run_to_run_noise) for c in held)]
+    left = [r for r in noise if r.key not in done]
     if left or any(r.status == OK and not at_risk(r) for r in done.values()):
         return left
     return [r for r in roomy if r.key not in done][:1]
-
-
-def _needs_no_full_trial(pair: TrialResult, confirmed: TrialResult, run_to_run_noise: float) -> bool:
-    """Whether no full trial could rank `pair` above the confirmed pair, on their screening rows."""
-    mid, other = float(pair.throughput or 0.0), float(confirmed.throughput or 0.0)
-    if no_faster_than(pair, confirmed) and mid < other:
-        return True
-    return run_to_run_noise > 0 and tied(mid, other, run_to_run_noise)

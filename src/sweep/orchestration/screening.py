@@ -6,12 +6,12 @@ With machine.num_devices=N > 1 (search.screen=auto on CUDA, or on), a sweep runs
    pair keeps its per-device batch), one per device, N at a time; on Slurm as one-GPU jobs. Each
    is measured coarsely, to at most trial.measure_steps timed steps: what it cannot separate, a
    full trial will. A screened pair that may be confirmed meets the workload's stress step, so a
-   late OOM is met at one rank rather than in a fresh N-rank confirmation (core/screening.py). It is a sweep of its own in `<sweep dir>/screening/` (its own trials.csv,
-   sweep.json and trial dirs, resumable like any sweep): the screening rows, kept and labelled.
+   late OOM is met at one rank rather than in a fresh N-rank confirmation (core/screening.py). It
+   is a sweep of its own in `<sweep dir>/screening/` (its own trials.csv, sweep.json and trial
+   dirs, resumable like any sweep): the screening rows, kept and labelled.
 2. confirmation: the screened pairs inside the noise of the screening leader
-   (core/screening.confirm_candidates) as full N-device trials in the sweep dir itself, bar those no
-   full trial could rank above a pair confirmed already (tied with it within machine.run_to_run_noise,
-   or ruled out by the throughput ordering). The table and the recommendation rest on these alone.
+   (core/screening.confirm_candidates) as full N-device trials in the sweep dir itself. The table
+   and the recommendation rest on these alone.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, replace
 from typing import Any
 
-from sweep.core.config import run_to_run_noise
 from sweep.core.fingerprint import fingerprint, fingerprint_values
 from sweep.core.memory_model import PeakPrediction
 from sweep.core.schema import TrialResult
@@ -61,15 +60,14 @@ class Confirm:
 
     name = "confirm"
 
-    def __init__(self, candidates: Collection[Candidate], screening: Mapping[str, TrialResult], run_to_run_noise: float = 0.0) -> None:
+    def __init__(self, candidates: Collection[Candidate], screening: Mapping[str, TrialResult]) -> None:
         self.by_key = {c.key: c for c in candidates if c.valid}
         self.screening = dict(screening)
-        self.run_to_run_noise = run_to_run_noise  # machine.run_to_run_noise: screened pairs tied with a confirmed one are not confirmed
 
     def propose(self, finished: Mapping[str, TrialResult], in_flight: Collection[str]) -> Proposal:
         left = [
             self.by_key[r.key]
-            for r in confirm_candidates(self.screening, finished, self.run_to_run_noise)
+            for r in confirm_candidates(self.screening, finished)
             if r.key in self.by_key and r.key not in in_flight and r.key not in finished
         ]
         return Proposal(left, done=not left and not in_flight)
@@ -130,7 +128,7 @@ def run_screening(plan: SweepPlan, orchestrator_for: Callable[[SweepPlan], Any])
         latest.unlink()
     if orchestrator.stop.signal is not None:
         return None, code
-    return Confirm(plan.candidates, orchestrator.results, run_to_run_noise(plan.machine)), code
+    return Confirm(plan.candidates, orchestrator.results), code
 
 
 def screening_results(plan: SweepPlan) -> Mapping[str, Any]:
