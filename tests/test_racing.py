@@ -268,7 +268,7 @@ def test_run_in_full_moves_the_provisional_record_aside_and_submits_the_pair_onc
         plan = SimpleNamespace(nominates_only=nominates_only, sweep_dir=tmp_path, meta=SweepMeta("s", "cpu", "command", GBS, 1))
         return SimpleNamespace(plan=plan, stop=SimpleNamespace(signal=None), results={first.key: first}, by_key=by_key,
                                racing=Racing(tmp_path, GBS, by_key), display=SimpleNamespace(log=lambda line: None),
-                               _submit=lambda cand: submitted.append(cand.key))
+                               submit=lambda cand: submitted.append(cand.key))
 
     assert run_in_full(stand_in(nominates_only=True)) is False and not submitted  # a screening row is never the answer
     orch = stand_in(nominates_only=False)

@@ -187,7 +187,7 @@ class Orchestrator:
                     break
                 if cand.key in self.results or cand.key in self.in_flight or not cand.valid:
                     continue
-                self._submit(cand)
+                self.submit(cand)
                 started += 1
             if landed or started or self._progress_changed():
                 self._publish()
@@ -203,7 +203,8 @@ class Orchestrator:
             raise Interrupted()
 
     # -- jobs ---------------------------------------------------------------------------------
-    def _submit(self, cand: Candidate) -> None:
+    def submit(self, cand: Candidate) -> None:
+        """Start a trial of `cand` (in a warm worker where one serves it, else as a job of its own) and track it."""
         from sweep.launch.job import run_job
 
         tdir = trial_dir(self.plan.sweep_dir, cand.key)

@@ -49,5 +49,5 @@ def run_in_full(orch: Orchestrator) -> bool:
             f"({float(first.throughput or 0.0):.4g} {orch.plan.meta.throughput_unit or 'samples/s'}) and may be the answer: "
             f"running it again in full (the provisional record is kept as {PROVISIONAL_FILE})"
         )
-        orch._submit(orch.by_key[key])
+        orch.submit(orch.by_key[key])
     return bool(keys)
