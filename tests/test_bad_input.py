@@ -189,12 +189,7 @@ def full_args(args: list[str], cwd: Path, searchpath: Path) -> list[str]:
 
 def run_case(args: list[str], cwd: Path, searchpath: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """A fresh `python -m sweep` interpreter."""
-    env = case_env(env_extra)
-    args = [a.replace("{SEARCHPATH}", str(searchpath)) for a in args]
-    return subprocess.run(
-        [sys.executable, "-m", "sweep", f"hydra.sweep.dir={cwd / 'sweep_dir'}", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-    )
+    return sweep_process(full_args(args, cwd, searchpath), cwd, case_env(env_extra), timeout=120, fresh=True)
 
 
 @pytest.fixture(scope="module")
