@@ -72,7 +72,7 @@ from dataclasses import dataclass
 from sweep.core.growth import at_risk
 from sweep.core.implications import no_faster_than
 from sweep.core.measure import MIN_INTERVAL_STEPS, RACE_MARGIN, cannot_win, race_reason
-from sweep.core.ranking import ranked_ok
+from sweep.core.ranking import ranked_ok, recommendable
 from sweep.core.schema import OK, TrialResult
 from sweep.core.space import Candidate
 from sweep.core.stats import throughput_summary
@@ -285,8 +285,7 @@ def provisional_contenders(results: Mapping[str, TrialResult]) -> list[str]:
     the fastest ok pair when every one is tight), if it is provisional; else each provisional pair among
     the same ones whose median reaches that pair's 95% lower bound. A re-run that lands lower may leave
     another provisional pair first: that one is run again in its turn."""
-    ranked = ranked_ok(results)
-    pool = [r for r in ranked if not at_risk(r)] or ranked
+    pool = recommendable(ranked_ok(results))
     if not pool:
         return []
     best = pool[0]

@@ -99,6 +99,12 @@ def ranked_ok(results: Mapping[str, TrialResult]) -> list[TrialResult]:
     return sorted(ok, key=lambda r: (-(r.throughput or 0.0), r.accum, r.split))
 
 
+def recommendable(ranked: list[TrialResult]) -> list[TrialResult]:
+    """The ok pairs (ranked_ok's order) the recommendation chooses among, fastest first: the roomy ones, or every
+    one when all are tight (core/growth.at_risk: tight or still growing)."""
+    return [r for r in ranked if not at_risk(r)] or list(ranked)
+
+
 def confidence_view(results: Mapping[str, TrialResult]) -> Mapping[str, TrialResult]:
     """The results to score the recommendation on: when it skips a faster tight pair, a tight pair
     counts as not fitting (as an OOM without a phase: a bigger joint batch would be tighter still),
@@ -234,9 +240,8 @@ def recommendation(
     ranked = ranked_ok(results)
     if not ranked:
         return None
-    roomy = [r for r in ranked if not at_risk(r)]
-    best = roomy[0] if roomy else ranked[0]
-    note = _memory_note(best, ranked[0], not roomy, _margin_text(memory_margin), meta.throughput_unit or "samples/s", meta.splits_apply)
+    best = recommendable(ranked)[0]
+    note = _memory_note(best, ranked[0], at_risk(best), _margin_text(memory_margin), meta.throughput_unit or "samples/s", meta.splits_apply)
     base = baseline_key(results)
     base_tp = results[base].throughput if base else None
     return {
