@@ -75,6 +75,11 @@ class _ForkServer:
         if ready.strip() != "ready":
             raise RuntimeError(f"the sweep fork server did not start: {ready!r}")
 
+    def close(self) -> None:
+        self._stop()
+        with contextlib.suppress(OSError):
+            os.rmdir(self._dir)
+
     def _stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.kill()
@@ -85,7 +90,7 @@ class _ForkServer:
 
 
 _server = _ForkServer()
-atexit.register(_server._stop)
+atexit.register(_server.close)
 
 
 def sweep_process(args: list[str], cwd: Path, env: dict[str, str], timeout: float, fresh: bool = False) -> subprocess.CompletedProcess:
@@ -99,7 +104,9 @@ def sweep_process(args: list[str], cwd: Path, env: dict[str, str], timeout: floa
         request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": stdout, "stderr": stderr}
         with _server.connect() as connection:
             connection.sendall((json.dumps(request) + "\n").encode())
-            replies = connection.makefile("r")
+            # Unbuffered: a buffered reader could take the status line in with the pid's, and select() on the
+            # socket would then wait out the whole timeout for bytes already read.
+            replies = connection.makefile("rb", buffering=0)
             pid = int(replies.readline())
             # The status line comes when the run ends; wait for it no longer than the timeout.
             timed_out = not select.select([connection], [], [], timeout)[0]
