@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from sweep.core.config import TrialConfig
 from sweep.core.decision import FIT_KNOWN_STEPS, PROVISIONAL_STEPS, Running, ahead_after_steps, decision_stops
 from sweep.core.growth import at_risk
 from sweep.core.measure import STOP_FILE, cannot_win, race_reason
@@ -82,7 +83,7 @@ class StopSteps(NamedTuple):
 
 
 # trial.measure_steps' default, no stress step, no provisional stop: what a Racing is told when nothing else is
-PLAIN_STEPS = StopSteps(first_pair=8, ahead=FIT_KNOWN_STEPS, provisional=0)
+PLAIN_STEPS = StopSteps(first_pair=TrialConfig.measure_steps, ahead=FIT_KNOWN_STEPS, provisional=0)
 
 
 class Racing:
