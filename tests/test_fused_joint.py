@@ -133,14 +133,18 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 @needs_cuda
 @pytest.mark.parametrize("packed", [False, True])
 def test_on_cuda_the_fused_joint_matches_and_holds_about_two_bytes_a_cell(packed):
-    """Under the recipe's fp16 autocast on a real GPU: the same gradients as the reference joint, and
-    the CUDA allocator's peak over one chunk's joint and loss at most 2.5 bytes a lattice cell above
-    what the chunk's inputs and the weight gradients hold (the slope over two lattice sizes)."""
+    """Under the recipe's fp16 autocast on a real GPU: gradients as close to the fp32 reference joint's
+    as the fp16 reference joint's are (elementwise, fp16 rounding differs wherever a gradient sums to
+    near zero, so the measure is the relative error over the whole tensor), and the CUDA allocator's
+    peak over one chunk's joint and loss at most 2.5 bytes a lattice cell above what the chunk's
+    inputs and the weight gradients hold (the slope over two lattice sizes)."""
     cuda = torch.device("cuda")
     cfg = replace(TINY_VARIED, vocab=8704, joint_hidden=64, enc_hidden=64, pred_hidden=64, precision="fp16", joint_chunk_mib=4.0)
     fused = RNNTWorkload(replace(cfg, joint="fused", packed_joint=packed), cuda)
     reference = RNNTWorkload(cfg, cuda)
+    exact = RNNTWorkload(replace(cfg, precision="fp32"), cuda)
     reference.model.load_state_dict(fused.model.state_dict())
+    exact.model.load_state_dict(fused.model.state_dict())
     gen = torch.Generator().manual_seed(0)
     peaks = []
     for frames in (64, 128):
@@ -149,8 +153,8 @@ def test_on_cuda_the_fused_joint_matches_and_holds_about_two_bytes_a_cell(packed
         pred = torch.randn(B, U + 1, 64, generator=gen).to(cuda)
         labels = torch.randint(1, cfg.vocab, (B, U), generator=gen).to(cuda)
         frame_lens, label_lens = torch.tensor([frames, frames // 2, frames, 3]), torch.tensor([U, U, 4, 1])
-        grads = []
-        for w in (reference, fused):
+        grads = {}
+        for name, w in (("exact", exact), ("reference", reference), ("fused", fused)):
             w.model.zero_grad(set_to_none=True)
             e, p = enc.clone().requires_grad_(), pred.clone().requires_grad_()
             torch.cuda.synchronize()
@@ -161,7 +165,9 @@ def test_on_cuda_the_fused_joint_matches_and_holds_about_two_bytes_a_cell(packed
             if w is fused:
                 cells = (len(valid_cells(frame_lens, label_lens, frames, U + 1)) if packed else B * frames * (U + 1)) * cfg.vocab
                 peaks.append((cells, torch.cuda.max_memory_allocated() - base))
-            grads.append(e.grad.float())
-        torch.testing.assert_close(grads[1], grads[0], rtol=2e-2, atol=2e-3)
+            scale = w.scaler.get_scale() if w.scaler is not None else 1.0
+            grads[name] = e.grad.double() / scale
+        error = {name: float((grads[name] - grads["exact"]).norm() / grads["exact"].norm()) for name in ("reference", "fused")}
+        assert error["fused"] <= max(2 * error["reference"], 1e-3), error
     (c0, p0), (c1, p1) = peaks
     assert (p1 - p0) / (c1 - c0) <= 2.5

@@ -148,6 +148,10 @@ def test_a_step_the_grad_scaler_skips_still_counts(tmp_path):
         # The first step is tracked live: the module whose output backward had reached.
         ("forward", 0, "encoder.block", "forward", "hooks", "encoder"),
         ("backward", 0, "joint", "backward", "hooks", "joint"),
+        # The second step: step 0 closes only when its optimizer steps again, so an OOM before that is
+        # still in step 1 (with the modules still tracked live).
+        ("forward", 1, "encoder.block", "forward", "hooks", "encoder"),
+        ("backward", 1, "joint", "backward", "hooks", "joint"),
         # Later steps carry no module hooks: the failing call's frames, and in backward the autograd node
         # that raised (a Python Function here), named by the module owning the nearest parameter.
         ("forward", 2, "encoder.block", "forward", "frames", "encoder"),

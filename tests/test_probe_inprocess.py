@@ -149,3 +149,83 @@ def test_the_allocator_observer_names_the_node_backward_runs(tmp_path, disarmed_
     oom = probe.read_probe(tmp_path).oom
     assert oom is not None and (oom.module, oom.where, oom.step, oom.via) == ("joint", "backward", 2, "autograd node")
     assert oom.message.startswith("CUDA out of memory: tried to allocate 1099511627776 bytes")
+
+
+class FakeAllocator:
+    """torch.cuda's peak statistics on a CPU host: an allocation per step, freed before the next."""
+
+    def __init__(self) -> None:
+        self.allocated = self.peak = 10
+
+    def use(self, size: int) -> None:
+        self.peak = max(self.peak, size)
+
+    def memory_stats(self, device=None) -> dict:
+        return {"allocated_bytes.all.current": self.allocated, "allocated_bytes.all.peak": self.peak,
+                "reserved_bytes.all.peak": self.peak, "num_alloc_retries": 0}
+
+    def reset_peak_memory_stats(self, device=None) -> None:
+        self.peak = self.allocated
+
+
+def test_the_trainer_reads_its_own_cuda_peaks_though_the_probe_resets_them_each_step(tmp_path, monkeypatch, disarmed_after):
+    """The probe reads and resets the allocator's peaks at every step; the trainer's max_memory_allocated
+    is still the largest since its own last reset (tests/test_probe_gpu.py checks it on a real card)."""
+    fake = FakeAllocator()
+    for module in (torch.cuda.memory, torch.cuda):
+        monkeypatch.setattr(module, "memory_stats", fake.memory_stats)
+        monkeypatch.setattr(module, "reset_peak_memory_stats", fake.reset_peak_memory_stats)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    probe.install(tmp_path / "probe")
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    for step, size in enumerate([100, 300, 200, 500, 100, 150]):
+        fake.use(size)
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        seen.append(torch.cuda.max_memory_allocated())
+        if step == 2:
+            torch.cuda.reset_peak_memory_stats()  # the trainer's own window starts again
+    probe.install(tmp_path / "next")  # closes the first record
+    assert seen == [100, 300, 300, 500, 500, 500]
+    assert [s.peak_bytes for s in probe.read_probe(tmp_path / "probe").steps] == [100, 300, 200, 500, 100, 150]
+    disarmed_after.disarm()
+    assert torch.cuda.memory_stats == fake.memory_stats  # the view is taken out with the hooks
+
+
+class Exhausting(torch.nn.Module):
+    """A layer that runs out of memory on its second call (an out-of-memory error as the CPU allocator words it)."""
+
+    calls = 0
+
+    def forward(self, x):
+        Exhausting.calls += 1
+        if Exhausting.calls == 2:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1099511627776 bytes.")
+        return x
+
+
+def test_after_an_oom_the_probe_keeps_no_model_or_optimizer_alive(tmp_path, disarmed_after):
+    """A warm worker runs its next trial in the same process only if the last one's memory is all given back
+    (launch/worker.py): the probe's record of where the OOM happened must not hold the model."""
+    import gc
+    import weakref
+
+    probe.install(tmp_path / "probe")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Exhausting(), torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="can't allocate memory"):
+        for _ in range(2):  # the OOM comes in the second step, while modules are still tracked live
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    refs = [weakref.ref(model), weakref.ref(opt)]
+    del model, opt
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None]
+    oom = disarmed_after.ooms[-1]
+    assert (oom["module"], oom["step"]) == ("1", 1)

@@ -75,7 +75,7 @@ def test_a_trial_after_an_oom_in_a_warm_worker_records_what_a_fresh_process_reco
     fresh_spec = replace(ok_spec, trial_dir=str(tmp_path / "fresh" / "accum1_split1"))
     alone = finish(backend.make_executor(local_launcher(tmp_path), 300).submit(run_job, fresh_spec), fresh_spec)
     assert first.status == Status.OOM
-    assert after.status == alone.status == Status.OK
+    assert after.status == alone.status == Status.OK, (after.error, alone.error)
     assert after.peak_mem_gib == pytest.approx(alone.peak_mem_gib, rel=0.02)
     # The counted (address-space) peak of two identical fresh trials differs by up to 1 MiB (52.5 or 53.5 MiB over six
     # runs of this spec: one more 1 MiB mapping live at the peak or not), which is 2% here: a fresh process cannot match
@@ -150,17 +150,21 @@ def test_on_cuda_a_warm_worker_keeps_its_process_after_an_oom_and_records_the_fr
     pool = WarmPool(local_launcher(tmp_path), tmp_path, "cuda")
     try:
         oom_spec = spec(tmp_path / "warm_oom", big, 1, 1, 64, min(1.0, total), device="cuda")
-        first = finish(handed(pool, oom_spec, (0,)), oom_spec)
+        oom_trial = handed(pool, oom_spec, (0,))
+        first = finish(oom_trial, oom_spec)
         ok_spec = spec(tmp_path / "warm", SMALL, 2, 2, 8, min(1.0, total), device="cuda")
         trial = handed(pool, ok_spec, (0,))
         after = finish(trial, ok_spec)
     finally:
         pool.close()
     fresh_spec = replace(ok_spec, trial_dir=str(tmp_path / "fresh" / "accum2_split2"))
-    alone = finish(backend.make_executor(local_launcher(tmp_path), 300).submit(run_job, fresh_spec), fresh_spec)
-    assert first.status == Status.OOM
-    assert worker_state(trial)["trials"] == 2, worker_state(trial)  # freed and reset: clean, so the same process ran the next trial
-    assert after.status == alone.status == Status.OK
+    executor = backend.make_executor(local_launcher(tmp_path), 300)
+    executor.update_parameters(visible_gpus=(0,), gpus_per_node=1)  # as the orchestrator starts a fresh trial: else submitit hides every GPU
+    alone = finish(executor.submit(run_job, fresh_spec), fresh_spec)
+    assert first.status == Status.OOM, first
+    # Freed and reset: clean, so the same process ran the next trial (else the first worker's state says why it retired).
+    assert worker_state(trial)["trials"] == 2, (worker_state(oom_trial), first.oom_phase, first.error)
+    assert after.status == alone.status == Status.OK, (after.error, alone.error)
     assert after.peak_mem_gib == pytest.approx(alone.peak_mem_gib, rel=0.02)
 
 

@@ -106,6 +106,7 @@ class Probe(ModuleAndOomHooks, MemorySampling):
         self.ooms: list[dict] = []  # this arming's oom records
         self._disabled: set[str] = set()  # hooks that failed once: off for the rest of the run
         self.names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> path, from name_modules
+        self.trainer_peaks: dict[int, dict[str, int]] = {}  # _sweep_probe_memory's peak view
         self.backward_hooks: dict[int, tuple] = {}  # id(module) -> (weakref to it, its tensor hook)
         self.tracking_handles: list = []  # the global module hooks, while modules are tracked live
         self.root_hooks: list = []  # the root modules' own hooks, after that
@@ -123,11 +124,11 @@ class Probe(ModuleAndOomHooks, MemorySampling):
         self.group_end_wall = 0.0
         self.expected: frozenset[int] | None = None  # the optimizers one step is made of, once known
         self.depth = 0  # nested optimizer steps (an optimizer wrapping another)
-        self.current_optimizer = None
+        self.current_optimizer = None  # weakref: the optimizer whose step is running
         self.memory: dict[str, int] = {}
         self.retries_before: int | None = None
         self.module_stack: list = []
-        self.last_module = None
+        self.last_module = None  # weakref: the module whose forward ended last (while tracked live)
         self.backward_module = None  # weakref: the module whose output's gradient was computed last
         self.backward_depth = 0
         self.last_watched = None  # weakref: the tensor whose gradient was hooked last
@@ -212,6 +213,7 @@ class Probe(ModuleAndOomHooks, MemorySampling):
             ("backward wrapper", self._install_backward_wrapper),
             ("GradScaler wrapper", self._install_scaler_wrapper),
             ("CUDA OOM observer", self._install_cuda_observer),
+            ("CUDA peak view", self._install_peak_view),
             ("excepthook", self._install_excepthook),
         ]
         self.undo = []
@@ -296,7 +298,7 @@ class Probe(ModuleAndOomHooks, MemorySampling):
     def _optimizer_pre_hook(self, optimizer, args, kwargs) -> None:
         if self.writer is None or self.compiling():
             return
-        if self.depth > 0 and optimizer is self.current_optimizer:
+        if self.depth > 0 and self.current_optimizer is not None and optimizer is self.current_optimizer():
             self.depth = 0  # its last step never finished (an exception the trainer caught): start afresh
         self.depth += 1
         if self.depth > 1:
@@ -325,7 +327,7 @@ class Probe(ModuleAndOomHooks, MemorySampling):
                 self.expected = frozenset(self.group)
             self._close_step()
             self._activity()
-        self.current_optimizer = optimizer
+        self.current_optimizer = weakref.ref(optimizer)  # weak, as last_module: the probe keeps no trainer object alive
 
     def _optimizer_ends(self, optimizer, skipped: bool) -> None:
         self._sync()

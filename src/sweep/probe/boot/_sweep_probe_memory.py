@@ -2,16 +2,58 @@
 
 Peaks since the last sample are folded into the open step's: on the CPU from /proc/self/status
 (VmHWM, reset after each read through /proc/self/clear_refs, and VmPeak), on CUDA from the
-allocator's own max allocated / max reserved, reset after each read. Stdlib and torch only.
+allocator's own max allocated / max reserved, reset after each read.
+
+The trainer must not see those resets (coverage.py's rule: measuring changes nothing the program
+observes). A trainer that logs torch.cuda.max_memory_allocated() once an epoch would otherwise log
+the probe's last step. So torch.cuda.memory_stats and reset_peak_memory_stats (and with them
+max_memory_allocated / max_memory_reserved, which read memory_stats) are wrapped: every ".peak"
+figure a reader gets is the largest since the trainer's own last reset, folded from the probe's
+samples. Stdlib and torch only.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 
 class MemorySampling:
     """Reading and resetting memory peaks (mixed into Probe)."""
+
+    real_memory_stats = real_reset_peaks = None  # torch.cuda's own, once the view is installed
+    trainer_peaks: dict  # device index -> {memory_stats ".peak" key: bytes since the trainer's last reset}
+
+    def _install_peak_view(self, torch) -> None:
+        """Wrap torch.cuda's peak statistics so the trainer reads them as if no probe reset them."""
+        memory_module, cuda = torch.cuda.memory, torch.cuda
+        real_stats, real_reset = memory_module.memory_stats, memory_module.reset_peak_memory_stats
+        self.real_memory_stats, self.real_reset_peaks = real_stats, real_reset
+        probe = self
+
+        def device_index(device):  # the key _sample_memory folds under
+            return cuda.current_device() if device is None else cuda._utils._get_device_index(device, optional=True)
+
+        @functools.wraps(real_stats)
+        def memory_stats(device=None):
+            stats = real_stats(device)
+            folded = probe.trainer_peaks.get(device_index(device)) if stats else None
+            for key, value in (folded or {}).items():
+                if stats.get(key, value) < value:
+                    stats[key] = value
+            return stats
+
+        @functools.wraps(real_reset)
+        def reset_peak_memory_stats(device=None):
+            probe._sample_memory()  # the open step keeps the peak the trainer is about to reset
+            real_reset(device)
+            probe.trainer_peaks.pop(device_index(device), None)
+
+        for module in (memory_module, cuda):
+            for name, wrapper in (("memory_stats", memory_stats), ("reset_peak_memory_stats", reset_peak_memory_stats)):
+                original = getattr(module, name)
+                setattr(module, name, wrapper)
+                self.undo.append(lambda module=module, name=name, original=original: setattr(module, name, original))
 
     def reset_peaks(self) -> None:
         """Memory peaks count from now (a caller whose start-up and warm-up must not count)."""
@@ -59,9 +101,15 @@ class MemorySampling:
         try:
             if torch.cuda.is_initialized():
                 device = torch.cuda.current_device()
-                memory["allocated_peak"] = max(memory.get("allocated_peak", 0), torch.cuda.max_memory_allocated(device))
-                memory["reserved_peak"] = max(memory.get("reserved_peak", 0), torch.cuda.max_memory_reserved(device))
-                torch.cuda.reset_peak_memory_stats(device)
+                # The allocator's own figures (without the view, if it failed to install: the trainer then sees our resets).
+                stats = (self.real_memory_stats or torch.cuda.memory_stats)(device)
+                folded = self.trainer_peaks.setdefault(device, {})
+                for key, value in stats.items():
+                    if key.endswith(".peak") and folded.get(key, -1) < value:
+                        folded[key] = value
+                memory["allocated_peak"] = max(memory.get("allocated_peak", 0), stats.get("allocated_bytes.all.peak", 0))
+                memory["reserved_peak"] = max(memory.get("reserved_peak", 0), stats.get("reserved_bytes.all.peak", 0))
+                (self.real_reset_peaks or torch.cuda.reset_peak_memory_stats)(device)
         except Exception as exc:  # noqa: BLE001
             self.problem("CUDA memory", exc)
 

@@ -152,7 +152,7 @@ class ModuleAndOomHooks(OomRecords):
         elif module in stack:  # unbalanced (a hook elsewhere raised): unwind to it
             while stack and stack.pop() is not module:
                 pass
-        self.last_module = module
+        self.last_module = weakref.ref(module)  # weak: a warm worker's next trial must not find this model still held
         return None
 
     def _root_forward_hook(self, module, args, output) -> None:

@@ -88,9 +88,18 @@ class OomRecords:
     def note_oom(self, message: str) -> None:
         """An OOM a caller caught where no hook saw it (an op between modules on CPU): record it at
         the probe's current place, unless one is recorded in this step already."""
-        if any(o["step"] == self.step_index for o in self.ooms):
+        if any(o["step"] == self._oom_step() for o in self.ooms):
             return
         self._record_oom_at_context(message[:300], "caller")
+
+    def _oom_step(self) -> int:
+        """The step an OOM belongs to. Until the first step closes the probe does not know which optimizers
+        make a step, so it closes step 0 only when one of them steps again. An OOM after step 0's optimizers
+        have stepped, outside any optimizer, is in the trainer's next step (a trainer whose one step runs two
+        optimizers with a forward between them would see it one step late, and only in its first step)."""
+        if self.expected is None and self.group and self.depth == 0:
+            return self.step_index + 1
+        return self.step_index
 
     def _record_oom_at_context(self, message: str, source: str, frames=(), node=None) -> None:
         # Innermost first: the module tracked live as running (an optimizer's closure runs the model inside
@@ -109,16 +118,18 @@ class OomRecords:
             if module is None and node is not None:
                 path = self._nearest_parameter_owner(node)
                 inside, via = path is not None, "autograd node"
-        if module is None and path is None and self.depth > 0 and self.current_optimizer is not None:
-            where, path, inside = "optimizer", f"optimizer:{type(self.current_optimizer).__name__}", True
+        optimizer = self.current_optimizer() if self.current_optimizer is not None else None
+        if module is None and path is None and self.depth > 0 and optimizer is not None:
+            where, path, inside = "optimizer", f"optimizer:{type(optimizer).__name__}", True
         else:
-            module = module if module is not None or path is not None else self.last_module
+            if module is None and path is None and self.last_module is not None:
+                module = self.last_module()
             where = "backward" if self.backward_depth > 0 else ("optimizer" if self.depth > 0 else "forward")
             if path is None:
                 path = self.module_path(module) if module is not None else ""
         record = {
             "kind": "oom",
-            "step": self.step_index,
+            "step": self._oom_step(),
             "module": path,
             "where": where,
             "inside": inside,
