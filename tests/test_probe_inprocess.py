@@ -200,11 +200,13 @@ def test_the_trainer_reads_its_own_cuda_peaks_though_the_probe_resets_them_each_
 class Exhausting(torch.nn.Module):
     """A layer that runs out of memory on its second call (an out-of-memory error as the CPU allocator words it)."""
 
-    calls = 0
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
 
     def forward(self, x):
-        Exhausting.calls += 1
-        if Exhausting.calls == 2:
+        self.calls += 1
+        if self.calls == 2:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1099511627776 bytes.")
         return x
 
