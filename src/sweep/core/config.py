@@ -16,7 +16,7 @@ class MachineConfig:
     device: str = "cpu"  # "cpu" or "cuda": what each trial trains on
     num_devices: int = 1  # devices per trial in all (data-parallel ranks)
     nodes: int = 1  # hosts per trial; num_devices is split evenly across them
-    memory_gib: float = 0.0196  # device memory per device; on CPU the emulated budget each rank may allocate
+    memory_gib: float = 0.0163  # device memory per device; on CPU the emulated budget each rank may allocate
     cpu_threads: Optional[int] = None  # torch intra-op threads per rank; None: torch's default
     description: str = ""  # one line for humans, e.g. "8 x A100 80GB SXM"
     # Run-to-run noise: the relative sd of one pair's throughput between fresh trial processes here,

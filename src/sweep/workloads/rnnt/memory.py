@@ -91,7 +91,8 @@ def free_device_memory(device: torch.device) -> None:
 
 # ---------------------------------------------------------------- CPU allocator
 
-_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+_NEVER_TRIM = 1 << 30  # the heap's free top is given back only by an explicit malloc_trim
 _libc = None
 
 
@@ -119,6 +120,36 @@ def configure_cpu_allocator(mmap_threshold: int = 256 * 1024, arena_max: int = 1
     if libc and hasattr(libc, "mallopt"):
         libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
         libc.mallopt(_M_ARENA_MAX, arena_max)
+        libc.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM)
+
+
+class SmallObjectReserve:
+    """Room for a step's small allocations, mapped before the baseline is taken (CPU only).
+
+    Tensors of 256 KiB and more get their own mappings (configure_cpu_allocator), sized exactly. What a
+    step allocates besides them does not: Python objects come from 1 MiB pymalloc arenas, and C++
+    objects and small tensors from glibc's heap, grown in pages. Whether a step maps a new arena or
+    grows the heap depended on what the process did before the baseline (a warm worker forks its
+    trial after an idle poll of load-dependent length), so the demo's accum=4 split=2 counted
+    15.9-18.1 MiB across busy runs, and one sweep in 25 marked it tight. With room mapped first, the
+    step's small allocations land in it: across 8 busy runs the baseline's arenas were the same, and
+    the counted peak spread 0.46 MiB (docs/concepts.md).
+
+    Python arenas are kept by a few live objects each (pymalloc unmaps an arena only when it is
+    empty); the heap's room is malloc'd and freed, and stays, because the trim threshold is raised.
+    """
+
+    def __init__(self, python_mib: int = 8, heap_mib: int = 4) -> None:
+        objects = [(i, i) for i in range(python_mib * 2**20 // 64)]  # 64 B apiece with their int
+        self.pinned = objects[::4096]  # a few per arena: its other pools stay free for the step
+        del objects
+        libc = _get_libc()
+        if libc and hasattr(libc, "malloc"):
+            libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+            libc.free.argtypes = [ctypes.c_void_p]
+            blocks = [libc.malloc(64 * 1024) for _ in range(heap_mib * 16)]  # under the mmap threshold: the heap
+            for block in blocks:
+                libc.free(block)
 
 
 def _malloc_trim() -> None:

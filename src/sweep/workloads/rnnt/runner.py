@@ -37,6 +37,7 @@ from sweep.workloads.rnnt.memory import (
     DeviceOOM,
     MemoryBaseline,
     MemoryBudget,
+    SmallObjectReserve,
     configure_cpu_allocator,
     is_oom_error,
 )
@@ -222,6 +223,7 @@ def run_trial(spec: TrialSpec, extra_startup_s: float = 0.0) -> TrialResult:
         workload.warm_up(per_device_batch if device.type == "cpu" else 1)
         workload.sync()
         budget = MemoryBudget(device, machine.memory_gib)
+        reserve = SmallObjectReserve() if device.type == "cpu" else None  # noqa: F841 - kept until the trial ends
         measured.reset_peaks()  # first: its own first reading belongs to the baseline, not to the steps
         baseline = MemoryBaseline(device)
         budget.enforce()
