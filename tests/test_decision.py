@@ -80,7 +80,7 @@ def test_a_pair_above_every_rival_stops_once_separated():
 
 def test_the_first_pair_stops_at_measure_steps_and_not_before():
     assert stop("accum2_split1", STEADY[:7], {}) is None
-    assert "no other pair measured yet" in (stop("accum2_split1", STEADY, {}) or "")
+    assert "no other pair measured in full yet" in (stop("accum2_split1", STEADY, {}) or "")
 
 
 def test_racing_with_candidates_writes_the_decision_to_stop_json_once(tmp_path):
@@ -163,7 +163,7 @@ def test_a_pair_ahead_of_every_rival_stops_only_past_its_stress_step(steps, ahea
 @pytest.mark.parametrize(("steps", "ahead_steps", "stops"), [(8, 8, True), (8, 10, False), (9, 10, False), (10, 10, True)])
 def test_the_first_pair_stops_at_measure_steps_or_past_its_stress_step_whichever_is_later(steps, ahead_steps, stops):
     why = stop("accum2_split1", (STEADY * 2)[:steps], {}, ahead_steps=ahead_steps)
-    assert (why is not None and "no other pair measured yet" in why) if stops else why is None
+    assert (why is not None and "no other pair measured in full yet" in why) if stops else why is None
 
 
 def test_a_pair_that_cannot_win_stops_before_its_stress_step():
@@ -316,7 +316,7 @@ def test_a_finished_pair_without_a_real_interval_is_no_rival_to_separate_from():
     assert why is not None and "ahead of every measured pair" in why
     # Alone, it leaves the pair with no rival measured: it stops at trial.measure_steps, past its stress step.
     why = stop("accum2_split1", STEADY, {"accum8_split1": results["accum8_split1"]}, ahead_steps=8)
-    assert why is not None and "no other pair measured yet" in why
+    assert why is not None and "no other pair measured in full yet" in why
 
 
 # Rule 5: its own steps cannot separate it from a finished rival whose interval holds its own.
@@ -381,4 +381,4 @@ def test_a_provisional_pair_inside_the_answers_interval_is_run_again_and_one_bel
 
 def test_a_first_pair_that_reached_its_stress_step_before_a_poll_saw_it_is_measured_in_full():
     why = stop("accum8_split1", STEADY, {}, ahead_steps=8, provisional_steps=PROVISIONAL_STEPS)
-    assert why is not None and "no other pair measured yet" in why and not why.startswith("provisional")
+    assert why is not None and "no other pair measured in full yet" in why and not why.startswith("provisional")

@@ -76,8 +76,8 @@ def test_the_cpu_demo_runs_out_of_memory_where_the_readme_says(tmp_path):
     """The default workload and budget (python -m sweep with no arguments), on the pairs its staircase
     meets: no per-device batch of 64 fits (encoder), 32 samples fit with the joint in two chunks of 16
     but not in one of 32, and accum=4 split=2 is roomy under the default margin. Each of these outcomes
-    held in every run seen, on a busy box too (docs/concepts.md, "Near its budget's edges, and how
-    near", gives the margins); which pair is fastest is the box's to say, and not asserted."""
+    held in every run seen, on a busy box too (docs/concepts.md, "Clear of its budget's edges, and by
+    how much", gives the margins); which pair is fastest is the box's to say, and not asserted."""
     sweep_dir = tmp_path / "demo"
     proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", "search=grid", "accum=2,4,8", "split=1,2",
                       "trial.measure_steps=6", "trial.max_measure_steps=6"], cwd=tmp_path)

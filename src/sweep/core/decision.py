@@ -221,7 +221,7 @@ def decision_stop(
         return None
     if not rivals:
         if n >= first_pair_steps:
-            return "no other pair measured yet (each later pair is compared with this one)"
+            return "no other pair measured in full yet (each later pair is compared with this one)"
         return None
     if all(cannot_win(iv, mine, candidate_steps=steps, leader_steps=n) for _, iv, steps in rivals):
         runner_up = max(rivals, key=lambda x: x[1][1])

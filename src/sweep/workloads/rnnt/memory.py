@@ -126,28 +126,26 @@ def configure_cpu_allocator(mmap_threshold: int = 256 * 1024, arena_max: int = 1
 class SmallObjectReserve:
     """Room for a step's small allocations, mapped before the baseline is taken (CPU only).
 
-    Tensors of 256 KiB and more get their own mappings (configure_cpu_allocator), sized exactly. What a
-    step allocates besides them does not: Python objects come from 1 MiB pymalloc arenas, and C++
-    objects and small tensors from glibc's heap, grown in pages. Whether a step maps a new arena or
-    grows the heap depended on what the process did before the baseline (a warm worker forks its
-    trial after an idle poll of load-dependent length), so the demo's accum=4 split=2 counted
-    15.9-18.1 MiB across busy runs, and one sweep in 25 marked it tight. With room mapped first, the
-    step's small allocations land in it: across 8 busy runs the baseline's arenas were the same, and
-    the counted peak spread 0.46 MiB (docs/concepts.md).
+    Tensors of 256 KiB and more get mappings of their own (configure_cpu_allocator), sized exactly.
+    Python objects come from 1 MiB pymalloc arenas, and C++ objects and small tensors from glibc's
+    heap. Whether a step mapped a new arena or grew the heap depended on what the process did before
+    the baseline (a warm worker forks its trial after an idle poll of load-dependent length): the
+    demo's accum=4 split=2 counted 15.9-18.1 MiB across busy runs, and one sweep in 25 marked it
+    tight. With room mapped first it counted 13.5-14.5 MiB in 34 sweeps (docs/concepts.md).
 
-    Python arenas are kept by a few live objects each (pymalloc unmaps an arena only when it is
-    empty); the heap's room is malloc'd and freed, and stays, because the trim threshold is raised.
+    An arena stays mapped while any object in it lives, so a few kept objects hold each one; the
+    heap's room is malloc'd and freed, and stays because the trim threshold is raised.
     """
 
-    def __init__(self, python_mib: int = 8, heap_mib: int = 4) -> None:
-        objects = [(i, i) for i in range(python_mib * 2**20 // 64)]  # 64 B apiece with their int
-        self.pinned = objects[::4096]  # a few per arena: its other pools stay free for the step
+    def __init__(self, python_mib: int = 12, heap_mib: int = 4) -> None:
+        objects = [(i, i) for i in range(python_mib * 2**20 // 96)]  # a 2-tuple and its int: about 96 B
+        self.pinned = objects[::4096]  # about 3 per arena: its other pools stay free for the step
         del objects
         libc = _get_libc()
         if libc and hasattr(libc, "malloc"):
             libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
             libc.free.argtypes = [ctypes.c_void_p]
-            blocks = [libc.malloc(64 * 1024) for _ in range(heap_mib * 16)]  # under the mmap threshold: the heap
+            blocks = [libc.malloc(64 * 1024) for _ in range(heap_mib * 16)]  # under the mmap threshold: from the heap
             for block in blocks:
                 libc.free(block)
 
