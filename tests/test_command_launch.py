@@ -266,7 +266,8 @@ def test_the_probe_measures_a_torch_command_and_the_log_is_the_fallback(tmp_path
     assert probe_median == pytest.approx(statistics.median(own), rel=0.05)  # the script's own timer, independently
     assert result.throughput == pytest.approx(8 / probe_median, rel=1e-6)
     assert (Path(probed.trial_dir) / "probe-1").is_dir()
-    # sweep.logs shows the probe's figures beside the log's (here the script prints its own step times: they agree).
+    # sweep.logs shows the probe's figures beside the log's. Here the script prints its own step times: they
+    # agree, or on a loaded host may sit a few percent apart inside each other's interval, never flagged.
     import io
 
     from sweep.logs import main as logs_main
@@ -275,7 +276,8 @@ def test_the_probe_measures_a_torch_command_and_the_log_is_the_fallback(tmp_path
     code = logs_main([result.log, "--parser", "regex", "--pattern", STEP_RE["pattern"], "--global-batch-size", "8"], out=out)
     assert code == 0, out.getvalue()
     text = out.getvalue()
-    assert "probe (" in text and "1 rank(s)" in text and "log vs probe:" in text and ": agree (" in text, text
+    assert "probe (" in text and "1 rank(s)" in text and "log vs probe:" in text, text
+    assert ": agree (" in text or ": too noisy to tell (" in text, text
     out = io.StringIO()
     bar = r"bar (?P<step>\d+) rate=(?P<throughput>[\d.]+) samples/s"
     assert logs_main([result.log, "--parser", "regex", "--pattern", bar, "--global-batch-size", "8"], out=out) == 0

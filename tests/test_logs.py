@@ -186,3 +186,26 @@ def test_readme_preset_table_lists_every_preset_and_its_flags() -> None:
             if flag:
                 assert flag in rows[name], (name, flag)
         assert preset.unit in rows[name]
+
+
+@pytest.mark.parametrize(
+    "log,probe,verdict",
+    [
+        ((128.8, 113.2, 166.8), (126.0, 115.2, 166.8), "agree (2.2% apart"),
+        # A loaded host: 5.5% apart, each median inside the other's interval (a run of the TORCH_TRAINER test).
+        ((128.8, 113.2, 166.8), (136.3, 115.2, 166.8), "too noisy to tell (5.5% apart"),
+        # A bar that counts twice, on the same noisy steps: beyond both intervals.
+        ((257.6, 226.4, 333.6), (136.3, 115.2, 166.8), "DISAGREE (89.0% apart"),
+        # A quiet host: 7.2% apart with tight intervals (the HF bar's smoothing, docs/trainers.md).
+        ((174.3, 172.0, 176.1), (187.9, 186.5, 189.0), "DISAGREE (7.2% apart"),
+        # The log's interval unknown (one figure): a gap over 5% is not excused as noise.
+        ((174.3, None, None), (187.9, 150.0, 200.0), "DISAGREE (7.2% apart"),
+    ],
+)
+def test_log_and_probe_disagree_only_beyond_the_noise(log, probe, verdict):
+    from sweep.logs import agreement
+    from sweep.parsers.throughput import ThroughputSummary
+
+    value, low, high = log
+    summary = ThroughputSummary(value, low, high, "samples/s", measured=20, warmup=1, after_warmup=True, note="")
+    assert agreement(summary, probe).startswith(verdict)
