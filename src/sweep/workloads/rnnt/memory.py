@@ -115,6 +115,7 @@ def configure_cpu_allocator(mmap_threshold: int = 256 * 1024, arena_max: int = 1
     (a smaller joint batch could need more than a larger one). The price is
     fresh, page-faulted memory for each big tensor: steps run slower, alike for
     every pair. One arena stops each new thread reserving 64 MiB of address space.
+    The heap is never trimmed on its own, so room a SmallObjectReserve made stays.
     """
     libc = _get_libc()
     if libc and hasattr(libc, "mallopt"):
