@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from doc_pages import section
 
-from sweep.logs import main
+from sweep.logs import agreement, main
+from sweep.parsers.throughput import ThroughputSummary
 
 HERE = Path(__file__).resolve().parent
 TRAINER = HERE / "fake_trainer.py"
@@ -203,9 +204,6 @@ def test_readme_preset_table_lists_every_preset_and_its_flags() -> None:
     ],
 )
 def test_log_and_probe_disagree_only_beyond_the_noise(log, probe, verdict):
-    from sweep.logs import agreement
-    from sweep.parsers.throughput import ThroughputSummary
-
     value, low, high = log
     summary = ThroughputSummary(value, low, high, "samples/s", measured=20, warmup=1, after_warmup=True, note="")
     assert agreement(summary, probe).startswith(verdict)
