@@ -132,7 +132,7 @@ class SmallObjectReserve:
     heap. Whether a step mapped a new arena or grew the heap depended on what the process did before
     the baseline (a warm worker forks its trial after an idle poll of load-dependent length): the
     demo's accum=4 split=2 counted 15.9-18.1 MiB across busy runs, and one sweep in 25 marked it
-    tight. With room mapped first it counted 13.5-14.5 MiB in 34 sweeps (docs/concepts.md).
+    tight. With room mapped first it counted 13.5-14.5 MiB in 35 sweeps (docs/concepts.md).
 
     An arena stays mapped while any object in it lives, so a few kept objects hold each one; the
     heap's room is malloc'd and freed, and stays because the trim threshold is raised.
