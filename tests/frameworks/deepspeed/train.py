@@ -42,6 +42,8 @@ def main() -> None:
         engine.step()
         if boundary:
             times.mark(engine.global_steps)
+    if torch.distributed.is_initialized():  # as in train_hf.py: a group left up can abort the rank at exit
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

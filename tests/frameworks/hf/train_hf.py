@@ -52,6 +52,11 @@ def main() -> None:
     evaluation = RandomTokens(32, model_args.seq_len, config.vocab_size, seed=1)
     trainer = Trainer(model=model, args=training_args, train_dataset=train, eval_dataset=evaluation, callbacks=[StepTimesCallback()])
     trainer.train()
+    # Under torchrun the Trainer leaves its gloo process group up. torch's distributed docs ask every
+    # rank to destroy it: at interpreter exit its worker threads can otherwise abort the rank (SIGABRT,
+    # "terminate called without an active exception") after training has finished.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
