@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from sweep_run import FRESH, ForkedRun
 
 from sweep.core.ranking import TABLE_COLUMNS
 from sweep.core.schema import ALL_STATUSES, RESULT_FILE, ResultError
@@ -72,15 +73,21 @@ def sweep_env(ledger: Path | None = None, **extra: str) -> dict[str, str]:
     return env
 
 
-def start(sweep_dir: Path, args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
+def start(sweep_dir: Path, args: list[str], env: dict[str, str], cwd: Path, fresh: bool = False) -> subprocess.Popen | ForkedRun:
     """The sweep in the background; its stdout/stderr go to files (read them with output()).
 
     Not pipes: the trial jobs inherit them, so after a SIGKILL a pipe would stay open until
-    the orphaned trials end, and waiting for its end would wait for them."""
+    the orphaned trials end, and waiting for its end would wait for them.
+    Forked from tests/sweep_server.py (a SIGKILL ends it as it ends a fresh one, and no handler
+    runs either way); fresh: a new interpreter, for the signals a sweep handles itself (SIGINT)."""
     out_dir = cwd / "orchestrator_output"
     out_dir.mkdir(parents=True, exist_ok=True)
     n = len(list(out_dir.glob("*.out")))
     out, err = out_dir / f"{n:03d}.out", out_dir / f"{n:03d}.err"
+    if not (fresh or FRESH):
+        run = ForkedRun([f"hydra.sweep.dir={sweep_dir}", *args], cwd, env, str(out), str(err), script=str(RUNNER))
+        run.output_files = (out, err)  # type: ignore[attr-defined]
+        return run
     with open(out, "w") as o, open(err, "w") as e:
         proc = subprocess.Popen(
             [sys.executable, str(RUNNER), f"hydra.sweep.dir={sweep_dir}", *args],
@@ -362,7 +369,7 @@ def second_orchestrator(root: Path) -> dict:
     B, run again, resumes the sweep to the end."""
     sweep_dir, ledger = root / "shared", root / "shared.ledger"
     args = command_args("", (1, 2, 4), (1,), "max_in_flight=2")
-    a = start(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="30"), root)
+    a = start(sweep_dir, args, sweep_env(ledger, FAULT_DURATION_S="30"), root, fresh=True)  # it is stopped and sent SIGINT
     try:
         deadline = time.monotonic() + 60
         while len(ledger_counts(ledger)) < 2:  # both first trials' commands are running

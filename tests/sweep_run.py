@@ -93,6 +93,50 @@ _server = _ForkServer()
 atexit.register(_server.close)
 
 
+class ForkedRun:
+    """One run of the fork server, handled as a subprocess.Popen is: pid, poll(), wait(), send_signal(), kill()
+    and returncode. Its stdout and stderr go to the files named (tests read them as the run goes on).
+    script: `python SCRIPT ARGS` (a script that ends in sweep's main) instead of `python -m sweep ARGS`."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str], stdout: str, stderr: str, script: str | None = None) -> None:
+        self.args = [sys.executable, *([script] if script else ["-m", "sweep"]), *args]
+        self.returncode: int | None = None
+        request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": stdout, "stderr": stderr, "script": script}
+        self._connection = _server.connect()
+        self._connection.sendall((json.dumps(request) + "\n").encode())
+        # Unbuffered: a buffered reader could take the status line in with the pid's, and select() on the
+        # socket would then wait out the whole timeout for bytes already read.
+        self._replies = self._connection.makefile("rb", buffering=0)
+        self.pid = int(self._replies.readline())
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._connection], [], [], 0)[0]:
+            self._read_status()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status, once the run has ended (the status line comes then); TimeoutExpired after timeout seconds."""
+        if self.returncode is None:
+            if not select.select([self._connection], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._read_status()
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # as Popen: never a pid that has ended (and may have been reused)
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _read_status(self) -> None:
+        status = self._replies.readline()
+        self._connection.close()
+        if not status:
+            raise RuntimeError(f"the sweep fork server stopped while running {self.args}")
+        self.returncode = int(status)
+
+
 def sweep_process(args: list[str], cwd: Path, env: dict[str, str], timeout: float, fresh: bool = False) -> subprocess.CompletedProcess:
     """`python -m sweep ARGS` in `cwd` with exactly `env`, stdin closed; output captured as text, like subprocess.run.
     fresh: a new interpreter (for what a forked run cannot show: its start-up's own CPU and imports)."""
@@ -101,24 +145,18 @@ def sweep_process(args: list[str], cwd: Path, env: dict[str, str], timeout: floa
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="sweep_run_") as out:  # outside cwd: some tests check cwd stays empty
         stdout, stderr = os.path.join(out, "stdout"), os.path.join(out, "stderr")
-        request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": stdout, "stderr": stderr}
-        with _server.connect() as connection:
-            connection.sendall((json.dumps(request) + "\n").encode())
-            # Unbuffered: a buffered reader could take the status line in with the pid's, and select() on the
-            # socket would then wait out the whole timeout for bytes already read.
-            replies = connection.makefile("rb", buffering=0)
-            pid = int(replies.readline())
-            # The status line comes when the run ends; wait for it no longer than the timeout.
-            timed_out = not select.select([connection], [], [], timeout)[0]
-            if timed_out:
-                os.kill(pid, signal.SIGKILL)
-            status = replies.readline()
-        if not status:
-            raise RuntimeError(f"the sweep fork server stopped while running {command}")
+        run = ForkedRun(args, cwd, env, stdout, stderr)
+        try:
+            run.wait(timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+            timed_out = True
         captured = [Path(p).read_text(errors="replace") if os.path.exists(p) else "" for p in (stdout, stderr)]
     if timed_out:
         raise subprocess.TimeoutExpired(command, timeout, output=captured[0], stderr=captured[1])
-    return subprocess.CompletedProcess(command, int(status), *captured)
+    return subprocess.CompletedProcess(command, run.returncode, *captured)
 
 
 def run_sweep(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None, fresh: bool = False) -> subprocess.CompletedProcess:

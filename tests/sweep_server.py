@@ -1,11 +1,12 @@
 """A fork server for `python -m sweep` (tests/sweep_run.py starts it; `python sweep_server.py SOCKET`).
 
 It imports what `python -m sweep` imports before reading its arguments, once, then serves each
-request (one JSON line on a Unix socket connection: args, cwd, env, stdout and stderr paths) in a
-forked handler process. The handler forks the run itself, which becomes `python -m sweep ARGS`
-(working dir, environment, stdin from /dev/null, stdout and stderr to the files, argv) and ends as
-the interpreter would; the handler sends back the run's pid, then its exit status (negative: the
-signal that ended it, as subprocess reports it).
+request (one JSON line on a Unix socket connection: args, cwd, env, stdout and stderr paths, and
+optionally a script) in a forked handler process. The handler forks the run itself, which becomes
+`python -m sweep ARGS`, or `python SCRIPT ARGS` for a script that wraps sweep's main (the fault
+tests' tests/fault_runner.py), with its working dir, environment, stdin from /dev/null, stdout and
+stderr to the files and argv, and ends as the interpreter would; the handler sends back the run's
+pid, then its exit status (negative: the signal that ended it, as subprocess reports it).
 
 The server is single-threaded (a process that forks should not have other threads), reaps its
 handlers between connections, and exits when the process that started it is gone.
@@ -36,11 +37,20 @@ def become_sweep(request: dict) -> int:
         target = os.open(path, os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(target, fd)
         os.close(target)
-    sys.argv = ["-m", *request["args"]]  # runpy puts the module's path first, as `python -m` does
-    sys.orig_argv = [sys.executable, "-m", "sweep", *request["args"]]
+    script = request.get("script")
+    if script:  # `python SCRIPT ARGS`: the script's dir first on sys.path, as the interpreter puts it
+        sys.argv = [script, *request["args"]]
+        sys.orig_argv = [sys.executable, script, *request["args"]]
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+    else:
+        sys.argv = ["-m", *request["args"]]  # runpy puts the module's path first, as `python -m` does
+        sys.orig_argv = [sys.executable, "-m", "sweep", *request["args"]]
     code = 0
     try:
-        runpy.run_module("sweep", run_name="__main__", alter_sys=True)
+        if script:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module("sweep", run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
             code = stop.code or 0

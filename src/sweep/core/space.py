@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from sweep.errors import SpaceError  # defined there; still importable from here
 
@@ -31,7 +32,7 @@ class Candidate:
     def valid(self) -> bool:
         return not self.reason
 
-    @property
+    @cached_property  # read in every search step's inner loops; frozen, so it never changes
     def key(self) -> str:
         """Stable identifier, also the trial's directory name."""
         return f"accum{self.accum}_split{self.split}"
