@@ -43,12 +43,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n logical` (pyproject.toml): one worker more than the cores. Many tests wait more than they compute: on
+    """`-n logical` (pyproject.toml): two workers more than the cores. Many tests wait more than they compute: on
     Slurm's scheduling (the slurm group, about 2 minutes of waiting on one worker), on trials they kill, stop or
     time out, on sleeps in fake trainers. With a worker per core, a core sat idle through each of those waits;
-    a third worker on a 2-core box fills them. PYTEST_XDIST_AUTO_NUM_WORKERS still decides where it is set."""
+    on a 2-core box a third worker filled most of them and a fourth a little more (docs/development.md has
+    the timings). PYTEST_XDIST_AUTO_NUM_WORKERS still decides where it is set."""
     given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
     if given:
         return int(given)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores + 1
+    return cores + 2

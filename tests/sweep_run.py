@@ -5,6 +5,8 @@ and children (submitit's, the trials'). By default it is forked from a server pr
 already imported sweep and Hydra (tests/sweep_server.py), and runs sweep's `__main__` there as
 `python -m sweep` would: what it skips is only the interpreter's
 start and those imports, about 0.35 s of CPU per run, paid ~200 times per suite on 2 cores.
+ForkedRun is one such run handled like a subprocess.Popen (poll, wait, signals), for the fault tests
+(tests/faultlib.py), which run tests/fault_runner.py this way and SIGKILL it mid-sweep.
 SWEEP_TESTS_FRESH_PROCESS=1 runs every such case as a fresh `python -m sweep` instead. Tests of
 what only a fresh interpreter shows (Ctrl-C during start-up, signals sent to the sweep, import
 time, installs) start `python -m sweep` with subprocess themselves.
@@ -48,7 +50,8 @@ class _ForkServer:
     """tests/sweep_server.py, started on first use and again whenever it is gone: a test that runs a command
     trial in this process ends every descendant the trial's tree tracker saw, this server included."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        self.preload, self.env = preload, env  # the modules it imports first (default: sweep's); its own env on top
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._dir = tempfile.mkdtemp(prefix="sweep_server_")
@@ -70,7 +73,9 @@ class _ForkServer:
 
     def _start(self) -> None:
         self._stop()
-        self._process = subprocess.Popen([sys.executable, str(SERVER), self.path], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        env = {**os.environ, **(self.env or {})}
+        self._process = subprocess.Popen([sys.executable, str(SERVER), self.path, *self.preload], stdout=subprocess.PIPE,
+                                         stdin=subprocess.DEVNULL, text=True, env=env)
         ready = self._process.stdout.readline()
         if ready.strip() != "ready":
             raise RuntimeError(f"the sweep fork server did not start: {ready!r}")
@@ -91,6 +96,10 @@ class _ForkServer:
 
 _server = _ForkServer()
 atexit.register(_server.close)
+# torch (and torch._dynamo, which an optimizer's first construction imports) loaded once: 2.5 s of CPU a script.
+# One intra-op thread, as the probe tests ask of every script: torch reads OMP_NUM_THREADS when it loads.
+_torch_server = _ForkServer(("torch", "torch._dynamo"), {"OMP_NUM_THREADS": "1"})
+atexit.register(_torch_server.close)
 
 
 class ForkedRun:
@@ -98,11 +107,13 @@ class ForkedRun:
     and returncode. Its stdout and stderr go to the files named (tests read them as the run goes on).
     script: `python SCRIPT ARGS` (a script that ends in sweep's main) instead of `python -m sweep ARGS`."""
 
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str], stdout: str, stderr: str, script: str | None = None) -> None:
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str], stdout: str, stderr: str, script: str | None = None,
+                 server: _ForkServer = _server) -> None:
         self.args = [sys.executable, *([script] if script else ["-m", "sweep"]), *args]
         self.returncode: int | None = None
-        request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": stdout, "stderr": stderr, "script": script}
-        self._connection = _server.connect()
+        request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": stdout, "stderr": stderr, "script": script,
+                   "startup": server is not _server}  # the other servers run scripts as a fresh interpreter would
+        self._connection = server.connect()
         self._connection.sendall((json.dumps(request) + "\n").encode())
         # Unbuffered: a buffered reader could take the status line in with the pid's, and select() on the
         # socket would then wait out the whole timeout for bytes already read.
@@ -135,6 +146,24 @@ class ForkedRun:
         if not status:
             raise RuntimeError(f"the sweep fork server stopped while running {self.args}")
         self.returncode = int(status)
+
+
+def forked_python(script: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """`python SCRIPT ARGS` forked from a server that has imported torch, as subprocess.run(capture_output=True) would
+    report it. The run starts as a fresh interpreter does with `env` (PYTHONPATH, sitecustomize: sweep's probe arms
+    there), except that torch is imported already; env's OMP_NUM_THREADS must be the server's."""
+    assert env.get("OMP_NUM_THREADS") == _torch_server.env["OMP_NUM_THREADS"], "torch read its thread count at load"
+    with tempfile.TemporaryDirectory(prefix="python_run_") as out:
+        stdout, stderr = os.path.join(out, "stdout"), os.path.join(out, "stderr")
+        run = ForkedRun(args, cwd, env, stdout, stderr, script=script, server=_torch_server)
+        try:
+            run.wait(timeout)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+            raise
+        captured = [Path(p).read_text(errors="replace") if os.path.exists(p) else "" for p in (stdout, stderr)]
+    return subprocess.CompletedProcess(run.args, run.returncode, *captured)
 
 
 def sweep_process(args: list[str], cwd: Path, env: dict[str, str], timeout: float, fresh: bool = False) -> subprocess.CompletedProcess:

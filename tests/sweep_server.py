@@ -1,12 +1,15 @@
-"""A fork server for `python -m sweep` (tests/sweep_run.py starts it; `python sweep_server.py SOCKET`).
+"""A fork server for `python -m sweep` (tests/sweep_run.py starts it; `python sweep_server.py SOCKET [MODULE...]`).
 
-It imports what `python -m sweep` imports before reading its arguments, once, then serves each
+It imports what `python -m sweep` imports before reading its arguments (or the MODULEs named: torch for
+the probe's test scripts, tests/test_probe.py), once, then serves each
 request (one JSON line on a Unix socket connection: args, cwd, env, stdout and stderr paths, and
 optionally a script) in a forked handler process. The handler forks the run itself, which becomes
 `python -m sweep ARGS`, or `python SCRIPT ARGS` for a script that wraps sweep's main (the fault
 tests' tests/fault_runner.py), with its working dir, environment, stdin from /dev/null, stdout and
 stderr to the files and argv, and ends as the interpreter would; the handler sends back the run's
 pid, then its exit status (negative: the signal that ended it, as subprocess reports it).
+With "startup" in the request the run first does what an interpreter's start does with its
+environment (PYTHONPATH, sitecustomize): how sweep's probe starts in a command's processes.
 
 The server is single-threaded (a process that forks should not have other threads), reaps its
 handlers between connections, and exits when the process that started it is gone.
@@ -20,6 +23,7 @@ import importlib
 import json
 import os
 import runpy
+import site
 import socket
 import sys
 import threading
@@ -45,6 +49,8 @@ def become_sweep(request: dict) -> int:
     else:
         sys.argv = ["-m", *request["args"]]  # runpy puts the module's path first, as `python -m` does
         sys.orig_argv = [sys.executable, "-m", "sweep", *request["args"]]
+    if request.get("startup"):
+        start_up()
     code = 0
     try:
         if script:
@@ -58,7 +64,7 @@ def become_sweep(request: dict) -> int:
             print(stop.code, file=sys.stderr)
             code = 1
     except BaseException:
-        traceback.print_exc()
+        sys.excepthook(*sys.exc_info())  # as the interpreter reports it (a probe's hook records an OOM there)
         code = 1
     # What the interpreter does at exit: wait for non-daemon threads, run atexit, flush.
     for thread in threading.enumerate():
@@ -69,6 +75,16 @@ def become_sweep(request: dict) -> int:
         with contextlib.suppress(Exception):
             stream.flush()
     return code
+
+
+def start_up() -> None:
+    """What the interpreter's start does with the run's environment: PYTHONPATH's entries after the script's
+    dir on sys.path, then `import sitecustomize` from there (sweep's probe, when the env puts its boot dir
+    first). What this server preloaded is imported already, as if the site file had imported it first."""
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[1:1] = [p for p in entries if p not in sys.path]
+    sys.modules.pop("sitecustomize", None)
+    site.execsitecustomize()
 
 
 def handle(connection: socket.socket) -> None:
@@ -90,8 +106,8 @@ def handle(connection: socket.socket) -> None:
     connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
 
 
-def serve(path: str) -> None:
-    for module in PRELOAD:
+def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
+    for module in preload:
         importlib.import_module(module)
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -117,4 +133,4 @@ def serve(path: str) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], tuple(sys.argv[2:]) or PRELOAD)

@@ -1,4 +1,8 @@
-"""The probe in real processes: a plain PyTorch script run by python and by torchrun, under probe_env."""
+"""The probe in real processes: a plain PyTorch script run by python and by torchrun, under probe_env.
+
+The scenario scripts are forked from a server that has imported torch (run_probed); the tests of how the
+probe starts (a fresh interpreter's import hook, torchrun's ranks, the inert cases, a shadowed or broken
+start-up) start a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -12,17 +16,27 @@ import sys
 from pathlib import Path
 
 import pytest
+from sweep_run import FRESH, forked_python
 
 from sweep.probe import BOOT_DIR, oom_phase_of, probe_env, read_probe
 
 TRAIN = Path(__file__).with_name("probe_train.py")
 
 
-def run_probed(tmp_path: Path, *argv: str, env_extra: dict[str, str] | None = None, launcher: list[str] | None = None, check=True):
+def run_probed(tmp_path: Path, *argv: str, env_extra: dict[str, str] | None = None, launcher: list[str] | None = None, check=True,
+               fresh: bool = False):
+    """`python ARGV` (or `LAUNCHER ARGV`) with the probe's environment; (process, record dir).
+
+    A script under plain python is forked from a server that has imported torch (tests/sweep_run.py): it then
+    starts as an interpreter would with this environment (PYTHONPATH, the probe's sitecustomize), which finds
+    torch imported and arms at once. fresh (and a launcher, and `-c`): a new interpreter, whose sitecustomize
+    arms the probe when the script imports torch, the path every command trial takes."""
     records = tmp_path / "probe"
     env = {**os.environ, **probe_env(records, base_env=os.environ), "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    cmd = [*(launcher or [sys.executable]), *argv]
-    proc = run_group(cmd, env=env, cwd=tmp_path)
+    if fresh or FRESH or launcher or argv[0] == "-c":
+        proc = run_group([*(launcher or [sys.executable]), *argv], env=env, cwd=tmp_path)
+    else:
+        proc = forked_python(argv[0], list(argv[1:]), tmp_path, env, timeout=300)
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, records
@@ -97,7 +111,7 @@ def test_nothing_at_all_with_the_variable_unset(tmp_path):
 
 
 def test_plain_script_under_python(tmp_path):
-    proc, records = run_probed(tmp_path, str(TRAIN), "--steps", "16", "--width", "1024", "--batch", "1024", "--own-times", "own")
+    proc, records = run_probed(tmp_path, str(TRAIN), "--steps", "16", "--width", "1024", "--batch", "1024", "--own-times", "own", fresh=True)
     report = read_probe(records)
     assert report.armed and report.ranks == [0] and report.device == "cpu" and report.problems == []
     assert [s.index for s in report.steps] == list(range(16))

@@ -19,6 +19,10 @@ from sweep.workloads.rnnt.runner import PROBE_SUBDIR, run_trial
 
 @pytest.fixture
 def disarmed_after():
+    """The process's probe with no hooks in, before the test and after it. Before: a built-in trial run in this
+    worker by an earlier test (tests/test_racing.py) leaves the probe armed, as a warm worker keeps it between
+    trials, and hooks installed then would wrap torch.cuda as it was, not as this test patches it."""
+    probe.runtime().PROBE.disarm()
     yield probe.runtime().PROBE
     probe.runtime().PROBE.disarm()
 

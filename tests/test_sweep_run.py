@@ -1,15 +1,16 @@
 """tests/sweep_run.py's forked `python -m sweep` gives what a fresh interpreter gives: exit status, stdout,
-stderr, working dir and environment, and a timeout like subprocess.run's."""
+stderr, working dir and environment, and a timeout like subprocess.run's; and so does its forked `python SCRIPT`."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from sweep_run import sweep_process
+from sweep_run import forked_python, sweep_process
 
 FAKE = Path(__file__).with_name("fake_train.py")
 COMMAND = ["workload=command", f'workload.argv=["{sys.executable}","{FAKE}","--accum={{accum}}","--split={{split}}",'
@@ -49,3 +50,36 @@ def test_a_forked_run_past_its_timeout_is_killed_and_raises(tmp_path):
             "global_batch_size=8", f"hydra.sweep.dir={tmp_path / 's'}"]
     with pytest.raises(subprocess.TimeoutExpired):
         sweep_process(args, tmp_path, dict(os.environ), timeout=3)
+
+
+SCRIPT = """import json, os, sys
+import sitecustomize
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "path0": sys.path[0], "site": sitecustomize.__file__,
+                  "mark": os.environ["MARK"], "torch": "torch" in sys.modules}))
+if sys.argv[1] == "raise":
+    raise ValueError("from the script")
+"""
+
+
+@pytest.mark.parametrize("how", ["ok", "raise"])
+def test_a_forked_script_starts_and_ends_as_a_fresh_interpreter_would(how, tmp_path):
+    """forked_python (the probe tests' scripts): argv, working dir, the script's dir first on sys.path, the
+    sitecustomize PYTHONPATH names, and an uncaught exception's traceback and exit status 1, as `python SCRIPT`."""
+    site_dir, run_dir = tmp_path / "site", tmp_path / "run"
+    site_dir.mkdir()
+    run_dir.mkdir()
+    (site_dir / "sitecustomize.py").write_text("import os\nos.environ['MARK'] = 'ran'\n")
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(site_dir), "OMP_NUM_THREADS": "1", "MARK": "not run"}
+    forked = forked_python(str(script), [how, "x"], run_dir, env, timeout=120)
+    fresh = subprocess.run([sys.executable, str(script), how, "x"], cwd=run_dir, env=env, capture_output=True, text=True, timeout=120)
+    seen = [json.loads(p.stdout) for p in (forked, fresh)]
+    assert seen[0] == {**seen[1], "torch": True}  # the one difference: the server imported torch
+    assert seen[1] == {"argv": [how, "x"], "cwd": str(run_dir), "path0": str(tmp_path), "site": str(site_dir / "sitecustomize.py"),
+                       "mark": "ran", "torch": False}
+    assert forked.returncode == fresh.returncode == (1 if how == "raise" else 0)
+    if how == "raise":
+        assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1] == "ValueError: from the script"
+    else:
+        assert forked.stderr == fresh.stderr == ""
