@@ -33,7 +33,7 @@ PRELOAD = ("sweep.cli.main", "sweep.orchestration.entry", "hydra.main", "submiti
 
 
 def become_sweep(request: dict) -> int:
-    """In the forked run: `python -m sweep ARGS` as a fresh interpreter would run it; its exit status."""
+    """In the forked run: `python -m sweep ARGS` (or `python SCRIPT ARGS`) as a fresh interpreter would run it; its exit status."""
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
