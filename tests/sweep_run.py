@@ -111,8 +111,7 @@ class ForkedRun:
                  server: _ForkServer = _server) -> None:
         self.args = [sys.executable, *([script] if script else ["-m", "sweep"]), *args]
         self.returncode: int | None = None
-        request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": stdout, "stderr": stderr, "script": script,
-                   "startup": server is not _server}  # the other servers run scripts as a fresh interpreter would
+        request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": stdout, "stderr": stderr, "script": script}
         self._connection = server.connect()
         self._connection.sendall((json.dumps(request) + "\n").encode())
         # Unbuffered: a buffered reader could take the status line in with the pid's, and select() on the
@@ -148,33 +147,13 @@ class ForkedRun:
         self.returncode = int(status)
 
 
-def forked_python(script: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """`python SCRIPT ARGS` forked from a server that has imported torch, as subprocess.run(capture_output=True) would
-    report it. The run starts as a fresh interpreter does with `env` (PYTHONPATH, sitecustomize: sweep's probe arms
-    there), except that torch is imported already; env's OMP_NUM_THREADS must be the server's."""
-    assert env.get("OMP_NUM_THREADS") == _torch_server.env["OMP_NUM_THREADS"], "torch read its thread count at load"
-    with tempfile.TemporaryDirectory(prefix="python_run_") as out:
+def _captured(args: list[str], cwd: Path, env: dict[str, str], timeout: float, script: str | None = None,
+              server: _ForkServer = _server) -> subprocess.CompletedProcess:
+    """One forked run to its end, its output captured as subprocess.run(capture_output=True) reports it; past the
+    timeout it is killed and TimeoutExpired carries what it printed."""
+    with tempfile.TemporaryDirectory(prefix="forked_run_") as out:  # outside cwd: some tests check cwd stays empty
         stdout, stderr = os.path.join(out, "stdout"), os.path.join(out, "stderr")
-        run = ForkedRun(args, cwd, env, stdout, stderr, script=script, server=_torch_server)
-        try:
-            run.wait(timeout)
-        except subprocess.TimeoutExpired:
-            run.kill()
-            run.wait()
-            raise
-        captured = [Path(p).read_text(errors="replace") if os.path.exists(p) else "" for p in (stdout, stderr)]
-    return subprocess.CompletedProcess(run.args, run.returncode, *captured)
-
-
-def sweep_process(args: list[str], cwd: Path, env: dict[str, str], timeout: float, fresh: bool = False) -> subprocess.CompletedProcess:
-    """`python -m sweep ARGS` in `cwd` with exactly `env`, stdin closed; output captured as text, like subprocess.run.
-    fresh: a new interpreter (for what a forked run cannot show: its start-up's own CPU and imports)."""
-    command = [sys.executable, "-m", "sweep", *args]
-    if fresh or FRESH:
-        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    with tempfile.TemporaryDirectory(prefix="sweep_run_") as out:  # outside cwd: some tests check cwd stays empty
-        stdout, stderr = os.path.join(out, "stdout"), os.path.join(out, "stderr")
-        run = ForkedRun(args, cwd, env, stdout, stderr)
+        run = ForkedRun(args, cwd, env, stdout, stderr, script=script, server=server)
         try:
             run.wait(timeout)
             timed_out = False
@@ -184,8 +163,25 @@ def sweep_process(args: list[str], cwd: Path, env: dict[str, str], timeout: floa
             timed_out = True
         captured = [Path(p).read_text(errors="replace") if os.path.exists(p) else "" for p in (stdout, stderr)]
     if timed_out:
-        raise subprocess.TimeoutExpired(command, timeout, output=captured[0], stderr=captured[1])
-    return subprocess.CompletedProcess(command, run.returncode, *captured)
+        raise subprocess.TimeoutExpired(run.args, timeout, output=captured[0], stderr=captured[1])
+    return subprocess.CompletedProcess(run.args, run.returncode, *captured)
+
+
+def forked_python(script: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """`python SCRIPT ARGS` forked from a server that has imported torch, as subprocess.run(capture_output=True) would
+    report it. The run starts as a fresh interpreter does with `env` (PYTHONPATH, sitecustomize: sweep's probe arms
+    there), except that torch is imported already; env's OMP_NUM_THREADS must be the server's."""
+    assert env.get("OMP_NUM_THREADS") == _torch_server.env["OMP_NUM_THREADS"], "torch read its thread count at load"
+    return _captured(args, cwd, env, timeout, script=script, server=_torch_server)
+
+
+def sweep_process(args: list[str], cwd: Path, env: dict[str, str], timeout: float, fresh: bool = False) -> subprocess.CompletedProcess:
+    """`python -m sweep ARGS` in `cwd` with exactly `env`, stdin closed; output captured as text, like subprocess.run.
+    fresh: a new interpreter (for what a forked run cannot show: its start-up's own CPU and imports)."""
+    if fresh or FRESH:
+        return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    return _captured(args, cwd, env, timeout)
 
 
 def run_sweep(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None, fresh: bool = False) -> subprocess.CompletedProcess:

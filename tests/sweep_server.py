@@ -8,8 +8,8 @@ optionally a script) in a forked handler process. The handler forks the run itse
 tests' tests/fault_runner.py), with its working dir, environment, stdin from /dev/null, stdout and
 stderr to the files and argv, and ends as the interpreter would; the handler sends back the run's
 pid, then its exit status (negative: the signal that ended it, as subprocess reports it).
-With "startup" in the request the run first does what an interpreter's start does with its
-environment (PYTHONPATH, sitecustomize): how sweep's probe starts in a command's processes.
+Each run first does what an interpreter's start does with its environment (PYTHONPATH,
+sitecustomize): how sweep's probe starts in a command's processes.
 
 The server is single-threaded (a process that forks should not have other threads), reaps its
 handlers between connections, and exits when the process that started it is gone.
@@ -49,8 +49,7 @@ def become_sweep(request: dict) -> int:
     else:
         sys.argv = ["-m", *request["args"]]  # runpy puts the module's path first, as `python -m` does
         sys.orig_argv = [sys.executable, "-m", "sweep", *request["args"]]
-    if request.get("startup"):
-        start_up()
+    start_up()
     code = 0
     try:
         if script:
