@@ -219,8 +219,10 @@ def run_preset(name: str, tmp_path: Path, machine: str = "local", extra: tuple[s
          # One thread per rank: the probe and the framework's own callback time the same steps a moment apart, and
          # on a 2-core host shared with other tests a descheduled thread pool would shift time between neighbouring
          # steps on one side only. No end-of-sweep re-timing, and each trial measured to its own end rather than to
-         # the sweep's decision: these tests compare each trial's steps with the framework's own.
-         "machine.cpu_threads=1", "search.drift_check=false", "search.measure_to_decision=false", *case.overrides, *extra],
+         # the sweep's decision or racing's (a pair racing stopped once had 4 steps past the preset's warm-up to compare):
+         # these tests compare each trial's steps with the framework's own.
+         "machine.cpu_threads=1", "search.drift_check=false", "search.measure_to_decision=false", "search.racing=false",
+         *case.overrides, *extra],
         cwd=cwd, timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
