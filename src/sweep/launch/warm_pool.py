@@ -19,18 +19,22 @@ import json
 import os
 import pickle
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from sweep.launch import backend as backends
-from sweep.launch.worker import READY, RETIRE_FILE, RUNNING, STATE_FILE, TASK_FILE, serve_worker
+from sweep.launch.worker import POLL_S, READY, RETIRE_FILE, RUNNING, STATE_FILE, TASK_FILE, serve_worker
 
 WORKERS_DIR = ".workers"  # under the sweep dir: one dir per worker, its handshake with the orchestrator
 # A worker's submitit time limit: its trials' own limits are the orchestrator's (trial.time_limit_s), and
 # with its orchestrator gone a worker retires once its trial ends; this only ends a worker nobody follows.
 WORKER_TIME_LIMIT_S = 7 * 24 * 3600.0
+# How long a sweep that has ended waits for its idle workers to exit (an exit takes well under a second on CPU; on
+# CUDA the context's teardown too). Past it the sweep goes on: a worker exits by itself once its orchestrator is gone.
+RETIRE_WAIT_S = 30.0
 
 
 class Worker:
@@ -138,8 +142,15 @@ class WarmPool:
         self.workers.append(worker)
         return worker
 
-    def close(self) -> None:
-        """Ask every worker to retire once idle (a busy one finishes its trial first)."""
+    def close(self, wait: bool = False) -> None:
+        """Ask every worker to retire once idle (a busy one finishes its trial first). wait: until the idle ones have
+        exited (RETIRE_WAIT_S at most), since until then a worker holds its memory (on CUDA, its context), which
+        whatever runs next on its devices (the drift check's fresh processes, the user's next sweep) would find taken."""
+        idle = [w for w in self.workers if w.idle()] if wait else []
         for worker in self.workers:
             worker.retire()
+        deadline = time.monotonic() + RETIRE_WAIT_S
+        for worker in idle:
+            while not worker.job.done() and time.monotonic() < deadline:
+                time.sleep(POLL_S)
         self.workers = []

@@ -137,7 +137,7 @@ class Orchestrator:
                     self._publish()
                     self._loop()
                     # Before the drift check: its re-timings are fresh processes on the same devices.
-                    self._retire_workers()
+                    self._retire_workers(wait=True)
             except Interrupted:
                 return self._interrupted()
             except BrokenPipeError:
@@ -225,10 +225,10 @@ class Orchestrator:
         self.in_flight[cand.key] = InFlight(cand, job, spec, time.monotonic(), gpus=gpus)
         self.display.log(f"started accum={cand.accum} split={cand.split} ({how} {job.job_id}, log {backends.job_log(job)})")
 
-    def _retire_workers(self) -> None:
-        """Warm workers exit once idle; a busy one (its trial left running on purpose) after its trial."""
+    def _retire_workers(self, wait: bool = False) -> None:
+        """Warm workers exit once idle, a busy one (its trial left running on purpose) after its trial; wait: for the idle."""
         if self.pool is not None:
-            self.pool.close()
+            self.pool.close(wait)
 
     def _collect(self) -> int:
         landed = 0
