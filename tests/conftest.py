@@ -18,6 +18,9 @@ SHARED_MODULE_FIXTURES = {
     "test_fingerprint.py": "finished",  # one finished sweep the refusals are tried against
     "test_memory.py": "real_ooms",  # real OOMs in one subprocess
 }
+# Modules that fork scripts from the torch fork server (sweep_run.forked_python): on one worker, one server imports
+# torch and torch._dynamo (3.3 s of CPU) for all of them, rather than one on every worker.
+TORCH_SERVER_MODULES = ("test_probe.py", "test_probe_inprocess.py", "test_sweep_run.py", "test_trial.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,6 +43,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif SHARED_MODULE_FIXTURES.get(item.path.name) in fixtures:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
+        elif item.path.name in TORCH_SERVER_MODULES:
+            item.add_marker(pytest.mark.xdist_group("torch_fork_server"))
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

@@ -170,8 +170,11 @@ def _captured(args: list[str], cwd: Path, env: dict[str, str], timeout: float, s
 def forked_python(script: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     """`python SCRIPT ARGS` forked from a server that has imported torch, as subprocess.run(capture_output=True) would
     report it. The run starts as a fresh interpreter does with `env` (PYTHONPATH, sitecustomize: sweep's probe arms
-    there), except that torch is imported already; env's OMP_NUM_THREADS must be the server's."""
+    there), except that torch is imported already; env's OMP_NUM_THREADS must be the server's. FRESH: a new interpreter."""
     assert env.get("OMP_NUM_THREADS") == _torch_server.env["OMP_NUM_THREADS"], "torch read its thread count at load"
+    if FRESH:
+        return subprocess.run([sys.executable, script, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
     return _captured(args, cwd, env, timeout, script=script, server=_torch_server)
 
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from test_trial import JOINT_HOG, make_spec
+from test_trial import JOINT_HOG, make_spec, run_in_own_process
 
 from sweep import probe
 from sweep.core.schema import RESULT_FILE, Status
@@ -70,10 +67,8 @@ def test_the_builtin_trial_is_measured_by_the_probe(tmp_path, disarmed_after):
 
 def test_the_builtin_ooms_module_is_the_probes(tmp_path):
     spec = make_spec(tmp_path, accum=1, split=1, global_batch=4, memory_gib=4 / 1024, workload=JOINT_HOG, cpu_threads=1)
-    spec_file = tmp_path / "spec.pkl"
-    spec_file.write_bytes(pickle.dumps(spec))
     code = "import pickle, sys; from sweep.workloads.rnnt.runner import run_trial; run_trial(pickle.load(open(sys.argv[1], 'rb')))"
-    proc = subprocess.run([sys.executable, "-c", code, str(spec_file)], capture_output=True, text=True, timeout=120)
+    proc = run_in_own_process(tmp_path, code, spec)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = read_result(Path(spec.trial_dir) / RESULT_FILE)
     assert (record.status, str(record.oom_phase), record.measured_by) == (Status.OOM, "joint", "probe")

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
-import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 import torch
+from sweep_run import forked_python
 
 from sweep.core.config import MachineConfig, TrialConfig
 from sweep.core.schema import RESULT_FILE, OomPhase, Status
@@ -89,6 +90,16 @@ def test_several_devices_outside_a_job_run_as_one_process(tmp_path, capsys):
     assert "not inside a multi-task job" in capsys.readouterr().out
 
 
+def run_in_own_process(tmp_path: Path, code: str, spec: TrialSpec) -> subprocess.CompletedProcess:
+    """`python JOB.PY SPEC.PKL`, the spec pickled as submitit hands it to the job, in a process of its own: forked from
+    the test fork server that has imported torch (tests/sweep_run.py), as a fresh job process would have imported it."""
+    spec_file = tmp_path / "spec.pkl"
+    spec_file.write_bytes(pickle.dumps(spec))
+    script = tmp_path / "job.py"
+    script.write_text(code)
+    return forked_python(str(script), [str(spec_file)], tmp_path, {**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
+
+
 # A real OOM needs its own process: the address-space cap is per process.
 JOINT_HOG = RNNTWorkloadConfig(**{**asdict(SMALL), "frames": 32, "label_len": 7, "vocab": 8192})
 ENCODER_HOG = RNNTWorkloadConfig(**{**asdict(SMALL), "frames": 800, "enc_hidden": 128, "label_len": 1})
@@ -100,10 +111,8 @@ ENCODER_HOG = RNNTWorkloadConfig(**{**asdict(SMALL), "frames": 800, "enc_hidden"
 )
 def test_oom_trial_in_a_subprocess_records_the_phase(tmp_path, phase, workload, accum, split):
     spec = make_spec(tmp_path, accum=accum, split=split, global_batch=4, memory_gib=4 / 1024, workload=workload, cpu_threads=1)
-    spec_file = tmp_path / "spec.pkl"
-    spec_file.write_bytes(pickle.dumps(spec))  # as submitit hands it to the job
     code = "import pickle, sys; from sweep.workloads.rnnt.runner import run_trial; run_trial(pickle.load(open(sys.argv[1], 'rb')))"
-    proc = subprocess.run([sys.executable, "-c", code, str(spec_file)], capture_output=True, text=True, timeout=120)
+    proc = run_in_own_process(tmp_path, code, spec)
     assert proc.returncode == 0, proc.stderr[-3000:]  # an OOM is a result, not a crash
 
     record = read_result(Path(spec.trial_dir) / RESULT_FILE)
@@ -121,15 +130,15 @@ def test_the_job_leaves_the_process_frozen_for_its_exit_whether_the_trial_ended_
     """The job process only exits after run_job: its shutdown collection would walk every object
     torch made (0.3-0.5 s a trial, between one trial and the next), so run_job freezes them first."""
     spec = make_spec(tmp_path, workload=RNNTWorkloadConfig(**{**asdict(SMALL), "optimizer": optimizer}), cpu_threads=1)
-    spec_file = tmp_path / "spec.pkl"
-    spec_file.write_bytes(pickle.dumps(spec))
     code = (
         "import gc, pickle, sys; from sweep.launch.job import run_job; spec = pickle.load(open(sys.argv[1], 'rb'))\n"
+        "print('at start', gc.get_freeze_count())\n"
         "try:\n    print('ended', run_job(spec).status)\nexcept ValueError:\n    print('ended ValueError')\n"
         "print('frozen', gc.get_freeze_count())"
     )
-    proc = subprocess.run([sys.executable, "-c", code, str(spec_file)], capture_output=True, text=True, timeout=120)
+    proc = run_in_own_process(tmp_path, code, spec)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith(("ended ", "frozen ")))
     assert lines["ended"] == ends
     assert int(lines["frozen"]) > 10_000  # torch's modules and the trial's model, not a handful
+    assert proc.stdout.startswith("at start 0\n"), proc.stdout  # run_job froze them, not the process it started in
