@@ -147,6 +147,17 @@ class ForkedRun:
         self.returncode = int(status)
 
 
+def background_sweep(args: list[str], cwd: Path, env: dict[str, str], out: Path) -> subprocess.Popen | ForkedRun:
+    """`python -m sweep ARGS` left running, for tests that act on it (signals, kills) while its trials run; its stdout
+    and stderr both go to `out` (a file: a pipe its jobs would hold open after it is killed). Forked, or FRESH a new
+    interpreter."""
+    with out.open("w") as stream:  # there from the start: a test may read it before the run has opened it
+        if FRESH:
+            return subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, stdout=stream, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+    return ForkedRun(args, cwd, env, str(out), str(out))
+
+
 def _captured(args: list[str], cwd: Path, env: dict[str, str], timeout: float, script: str | None = None,
               server: _ForkServer = _server) -> subprocess.CompletedProcess:
     """One forked run to its end, its output captured as subprocess.run(capture_output=True) reports it; past the

@@ -38,6 +38,9 @@ def become_sweep(request: dict) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     for fd, path in ((0, os.devnull), (1, request["stdout"]), (2, request["stderr"])):
+        if fd == 2 and path == request["stdout"]:
+            os.dup2(1, 2)  # both to one file, as `2>&1` puts them (two opens would write over each other)
+            continue
         target = os.open(path, os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(target, fd)
         os.close(target)

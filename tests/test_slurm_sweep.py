@@ -26,7 +26,7 @@ import cloudpickle
 import pytest
 from sbatch_golden import CASES, compose_plan, golden_path, normalise, sbatch_text, update_requested, write_all
 from slurm_cluster import wait_until
-from sweep_run import TINY, run_sweep
+from sweep_run import TINY, background_sweep, run_sweep
 
 # The job-side functions below are unpickled in a fresh interpreter that cannot import
 # this module (tests/ is not on its sys.path): ship them by value.
@@ -148,12 +148,9 @@ class LiveSweep:
 
     def __init__(self, args: list[str], cwd: Path) -> None:
         self.out_path = cwd / f"sweep-{time.monotonic_ns()}.out"
-        self._out = self.out_path.open("w")
         env = {k: v for k, v in os.environ.items() if k not in ("SWEEP_DEBUG", "HYDRA_FULL_ERROR")}
         env["PYTHONUNBUFFERED"] = "1"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
+        self.proc = background_sweep(args, cwd, env, self.out_path)
 
     def wait(self, timeout: float = WAIT_S) -> str:
         try:
@@ -161,13 +158,11 @@ class LiveSweep:
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
-            self._out.close()
         return self.out_path.read_text()
 
     def sigkill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
-        self._out.close()
 
 
 def _release_requeued(job_id: str) -> None:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_run import forked_python, sweep_process
+from sweep_run import background_sweep, forked_python, sweep_process
 
 FAKE = Path(__file__).with_name("fake_train.py")
 COMMAND = ["workload=command", f'workload.argv=["{sys.executable}","{FAKE}","--accum={{accum}}","--split={{split}}",'
@@ -33,6 +33,18 @@ def test_forked_and_fresh_runs_agree(case, tmp_path):
         assert sorted(p.name for p in cwd.iterdir()) == []  # neither writes in its working dir
     forked, fresh = runs[False], runs[True]
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+
+
+@pytest.mark.parametrize("case", ["refused", "dry_run"])
+def test_a_background_sweep_writes_stdout_and_stderr_to_one_file_as_a_fresh_one_does(case, tmp_path):
+    """background_sweep (tests that signal a running sweep): both streams in one file, as `2>&1` puts them."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    forked = background_sweep(CASES[case], tmp_path, env, tmp_path / "forked.out")
+    with (tmp_path / "fresh.out").open("w") as stream:
+        fresh = subprocess.Popen([sys.executable, "-m", "sweep", *CASES[case]], cwd=tmp_path, env=env, stdout=stream,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    assert forked.wait(timeout=120) == fresh.wait(timeout=120)
+    assert (tmp_path / "forked.out").read_text() == (tmp_path / "fresh.out").read_text() != ""
 
 
 def test_the_forked_run_has_the_cwd_and_environment_it_was_given(tmp_path):

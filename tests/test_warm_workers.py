@@ -11,12 +11,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from sweep_run import TINY, run_sweep
+from sweep_run import TINY, ForkedRun, background_sweep, run_sweep
 from test_gpu_groups import pretend_four_gpus, run_in_process
 
 pytestmark = pytest.mark.e2e
@@ -30,13 +29,9 @@ def states(sweep_dir: Path) -> list[dict]:
     return [{**json.loads(p.read_text()), "dir": p.parent.name} for p in sorted((sweep_dir / ".workers").glob("*/state.json"))]
 
 
-def start_sweep(args: list[str], cwd: Path) -> subprocess.Popen:
-    """`python -m sweep` in the background, its output in cwd/out.txt: not a pipe, which its jobs would
-    hold open after it is killed."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with (cwd / "out.txt").open("w") as out:
-        return subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+def start_sweep(args: list[str], cwd: Path) -> subprocess.Popen | ForkedRun:
+    """`python -m sweep` in the background, its output in cwd/out.txt."""
+    return background_sweep(args, cwd, {**os.environ, "PYTHONUNBUFFERED": "1"}, cwd / "out.txt")
 
 
 def wait_for(what, timeout_s: float = 120.0):
