@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_run import FRESH, forked_python
+from sweep_run import forked_python
 
 from sweep.probe import BOOT_DIR, oom_phase_of, probe_env, read_probe
 
@@ -33,7 +33,7 @@ def run_probed(tmp_path: Path, *argv: str, env_extra: dict[str, str] | None = No
     arms the probe when the script imports torch, the path every command trial takes."""
     records = tmp_path / "probe"
     env = {**os.environ, **probe_env(records, base_env=os.environ), "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    if fresh or FRESH or launcher or argv[0] == "-c":
+    if fresh or launcher or argv[0] == "-c":
         proc = run_group([*(launcher or [sys.executable]), *argv], env=env, cwd=tmp_path)
     else:
         proc = forked_python(argv[0], list(argv[1:]), tmp_path, env, timeout=300)
