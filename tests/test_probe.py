@@ -10,14 +10,15 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sweep_run import forked_python
 
+from sweep.core.probe_report import parse_records
 from sweep.probe import BOOT_DIR, oom_phase_of, probe_env, read_probe
 
 TRAIN = Path(__file__).with_name("probe_train.py")
@@ -59,24 +60,26 @@ def own_times(tmp_path: Path, rank: int) -> list[float]:
 
 
 def assert_matches(probe_times: list[float], own: list[float]) -> None:
-    """Each step within 2%, or, where the process lost the CPU between the probe's clock and the
-    script's (this loaded 2-core CI host), that step and a neighbour together within 2%: the time moved
-    from one step to the next and none went missing. At least half the steps match on their own (under
-    load a quarter or more can lose the CPU between the two clocks: 10 of 14 matched in one failure), the
-    inner steps' total is within 2%, and the matched steps' medians are within 2%. The first and last
-    steps are not held to it on their own: step 0 starts at different places (the script's loop, the
-    probe's first forward), and the last has no later neighbour to take back time a descheduled
-    process moved."""
+    """The probe's step boundaries are the script's, compared as boundaries: running totals from the end
+    of step 0 (the two start step 0 at different places: the script's loop, the probe's first forward).
+
+    The probe reads its clock as the last optimizer step returns, a few microseconds before the script
+    reads its own. Where the process loses the CPU (this loaded 2-core CI host) or collects garbage in
+    between, that one boundary is late on the script's side, and the two steps beside it are off in
+    opposite directions. Compared step by step, two such stalls in a row failed; compared as boundaries,
+    each stall is one boundary. So: two thirds of the boundaries agree within 1% of a median step (a step
+    between two of them then agrees within 2%), none is off by half a step (a stall is short; a boundary
+    that far off is not where the script's is), and the totals agree within 2%."""
     assert len(probe_times) == len(own)
-    close = lambda a, b: abs(a - b) <= 0.02 * b  # noqa: E731
-    inner = range(1, len(own) - 1)
-    matched = [k for k in inner if close(probe_times[k], own[k])]
-    for k in set(inner) - set(matched):
-        pairs = [(j, j + 2) for j in (k - 1, k) if 1 <= j and j + 2 <= len(own)]
-        assert any(close(sum(probe_times[a:b]), sum(own[a:b])) for a, b in pairs), (k, probe_times, own)
-    assert len(matched) >= 0.5 * len(inner), (matched, probe_times, own)
-    assert close(sum(probe_times[1:-1]), sum(own[1:-1])), (probe_times, own)
-    assert close(statistics.median(probe_times[k] for k in matched), statistics.median(own[k] for k in matched))
+    probe_ends = np.cumsum(probe_times[1:])
+    own_ends = np.cumsum(own[1:])
+    offsets = own_ends - probe_ends
+    offsets -= np.median(offsets)  # the end of step 0 may itself be a late boundary
+    step = float(np.median(own[1:]))
+    on_time = np.abs(offsets) <= 0.01 * step
+    assert on_time.sum() >= 2 / 3 * len(offsets), (offsets.round(4).tolist(), probe_times, own)
+    assert np.all(np.abs(offsets) < 0.5 * step), (offsets.round(4).tolist(), probe_times, own)
+    assert abs(probe_ends[-1] - own_ends[-1]) <= 0.02 * own_ends[-1], (probe_times, own)
 
 
 def test_probe_env_puts_the_boot_dir_first_and_keeps_the_rest(tmp_path):
@@ -133,9 +136,18 @@ def test_torchrun_two_ranks_slowest_rank(tmp_path):
     report = read_probe(records)
     assert report.ranks == [0, 1]
     assert [s.ranks for s in report.steps] == [2] * 12
-    # Each step's figure is the slower rank's.
-    slowest = [max(a, b) for a, b in zip(own_times(tmp_path, 0), own_times(tmp_path, 1))]
-    assert_matches(report.step_times_s, slowest)
+    # Each rank's steps are that rank's own (compared rank by rank: a stall between the two clocks moves
+    # one boundary of one rank, which a per-step maximum over ranks does not give back in the next step)...
+    by_rank = {}
+    for path in records.glob("*.jsonl"):
+        steps = [r for r in parse_records(path.read_text(), path.name)[0] if r["kind"] == "step"]
+        if steps:
+            by_rank[steps[0]["rank"]] = [r["seconds"] for r in sorted(steps, key=lambda r: r["step"])]
+    assert sorted(by_rank) == [0, 1]
+    for rank, seconds in by_rank.items():
+        assert_matches(seconds, own_times(tmp_path, rank))
+    # ...and each step's figure is the slower rank's.
+    assert report.step_times_s == [max(a, b) for a, b in zip(by_rank[0], by_rank[1])]
     files = sorted(p.name.split("-")[0] for p in records.glob("*.jsonl"))
     assert files.count("rank1") == 1  # torchrun's own process imports torch too; it never steps
 
