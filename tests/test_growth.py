@@ -9,7 +9,7 @@ from sweep.core.growth import GROWTH_PREFIX, at_risk, last_rise, late_oom_note, 
 from sweep.core.ranking import SweepMeta, build_table, confidence_view, recommendation
 from sweep.core.schema import OK, OOM, TrialResult
 from sweep.core.space import Candidate
-from sweep.core.table import TIGHT_MARK, sweep_table
+from sweep.core.table import TIGHT_MARK, render_plain, sweep_table
 
 FLAT = [10.0, 12.0] + [12.0] * 30
 STAIRS_EARLY = [10.0, 12.0, 12.5, 13.0] + [13.0] * 28  # settled after step 3
@@ -66,6 +66,9 @@ def test_a_growing_leader_is_not_recommended_and_shows_its_figure():
     assert TIGHT_MARK in growing_row.marks and growing_row.note.startswith(GROWTH_PREFIX)
     assert "11 GiB of 24 GiB at step 26 of 32" in growing_row.note
     assert any("still growing" in line for line in table.legend)
+    # Its note sits under a heading that says an ok pair can be there: "Not run ok" alone contradicted the row.
+    assert table.notes_title == "Not run ok, or ok but still growing:"
+    assert "\nNot run ok, or ok but still growing:\n  accum=1 split=8 ok: " + GROWTH_PREFIX in render_plain(table)
 
 
 def test_settled_and_unmeasured_trials_are_not_at_risk():

@@ -149,6 +149,8 @@ def test_markdown_and_plain_render_the_same_cells() -> None:
         assert "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" in md
         assert all(c in plain for c in cells)
     assert "- accum=4 split=1 failed: boom | bad" in md and "tight = ran ok" in md
+    assert table.notes_title == "Not run ok:"  # a tight row (headroom, not growth) has no note
+    assert "\nNot run ok:\n\n- accum=4" in md and "\nNot run ok:\n  accum=4" in plain
 
 
 def test_rich_renders_the_model(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def print_table(df: pd.DataFrame, stream: TextIO, use_rich: bool, width: int | N
 
     console = Console(file=stream, width=width)
     console.print(rich_table(table, framed=True))
-    for line in [*(["Not run ok:"] if table.notes else []), *(f"  {n}" for n in table.notes), *table.footer]:
+    for line in [*([table.notes_title] if table.notes else []), *(f"  {n}" for n in table.notes), *table.footer]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 

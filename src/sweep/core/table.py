@@ -100,13 +100,20 @@ class Column:
 class SweepTable:
     columns: tuple[Column, ...]
     rows: tuple[Row, ...]
-    notes: tuple[str, ...]  # one line per shown row that did not run ok, with its reason
+    notes: tuple[str, ...]  # one line per shown row that did not run ok (or ran ok, still growing), with its reason
     legend: tuple[str, ...]  # what the marks mean; the unit footnote of a mixed-unit sweep
     counts: tuple[str, ...]  # rows not shown (skipped, invalid), counted
 
     @property
     def footer(self) -> tuple[str, ...]:
         return self.legend + self.counts
+
+    @property
+    def notes_title(self) -> str:
+        """The heading over the notes. An ok row has one only when its reserved peak was still growing."""
+        if any(r.status == Status.OK and r.note for r in self.rows):
+            return "Not run ok, or ok but still growing:"
+        return "Not run ok:"
 
     @property
     def headers(self) -> list[str]:
@@ -258,7 +265,7 @@ def render_plain(table: SweepTable, with_notes: bool = True) -> str:
 
     lines = [line(table.headers)] + [line(row) for row in cells]
     if with_notes and table.notes:
-        lines += ["", "Not run ok:"] + [f"  {n}" for n in table.notes]
+        lines += ["", table.notes_title] + [f"  {n}" for n in table.notes]
     # Blank lines between blocks, as the sweep has always printed them.
     if table.legend:
         lines += [""] + list(table.legend)
@@ -275,7 +282,7 @@ def render_markdown(table: SweepTable) -> str:
 def _markdown_tail(table: SweepTable) -> str:
     out = ""
     if table.notes:
-        out += "\n\nNot run ok:\n\n" + "\n".join(f"- {n}" for n in table.notes)
+        out += f"\n\n{table.notes_title}\n\n" + "\n".join(f"- {n}" for n in table.notes)
     if table.footer:
         out += "\n\n" + "\n".join(f"{line}  " if i < len(table.footer) - 1 else line for i, line in enumerate(table.footer))
     return out
