@@ -68,8 +68,9 @@ def assert_matches(probe_times: list[float], own: list[float]) -> None:
     between, that one boundary is late on the script's side, and the two steps beside it are off in
     opposite directions. Compared step by step, two such stalls in a row failed; compared as boundaries,
     each stall is one boundary. So: two thirds of the boundaries agree within 1% of a median step (a step
-    between two of them then agrees within 2%), none is off by half a step (a stall is short; a boundary
-    that far off is not where the script's is), and the totals agree within 2%."""
+    between two of them then agrees within 2%), none is off by a quarter of a step (the longest stall seen
+    under two busy loops was 7% of one; a boundary that far off is not where the script's is), and the
+    totals agree within 2%."""
     assert len(probe_times) == len(own)
     probe_ends = np.cumsum(probe_times[1:])
     own_ends = np.cumsum(own[1:])
@@ -78,7 +79,7 @@ def assert_matches(probe_times: list[float], own: list[float]) -> None:
     step = float(np.median(own[1:]))
     on_time = np.abs(offsets) <= 0.01 * step
     assert on_time.sum() >= 2 / 3 * len(offsets), (offsets.round(4).tolist(), probe_times, own)
-    assert np.all(np.abs(offsets) < 0.5 * step), (offsets.round(4).tolist(), probe_times, own)
+    assert np.all(np.abs(offsets) < 0.25 * step), (offsets.round(4).tolist(), probe_times, own)
     assert abs(probe_ends[-1] - own_ends[-1]) <= 0.02 * own_ends[-1], (probe_times, own)
 
 
