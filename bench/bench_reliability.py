@@ -21,7 +21,8 @@ helpers, tests/faultlib.py) and counts, rather than asserts, what happened:
   wrong answers     outcomes that would steer the search at confidence: a kill called an OOM
     given with      without evidence, an OOM line beating the real error, a figure that is not
     confidence      the training throughput, a non-finite figure reaching the score (issue 30's
-                    named cases, bench/reliability_issue30.py, each printed with what the user sees)
+                    named cases, bench/reliability_issue30.py, each printed with what the user sees),
+                    a figure that did not measure the pair asked (issue 43's cases, bench/reliability_validity.py)
 
 Exits 1 if any result was lost, any trial ran twice, or any scenario did not behave.
 
@@ -250,6 +251,18 @@ def issue30(root: Path, t: Tally) -> None:
 # -- end of the issue 30 block --------------------------------------------------------------------------------
 
 
+def validity(root: Path, t: Tally) -> None:
+    """Issue 43: a figure counts only when it measured what was asked (cases in reliability_validity.py)."""
+    import reliability_validity as V
+
+    print("validity cases (what the user now sees):")
+    r = V.run_validity(root)
+    t.faults += r.faults
+    t.wrong_confident += r.wrong_confident
+    t.problems += [f"validity: {p}" for p in r.problems]
+    print(f"validity: {len(V.CASES)} cases, {len(r.problems)} not as promised, {r.wrong_confident} wrong answers given with confidence")
+
+
 # -- noisy hosts (issue 30; helper `outputs`): the end-of-sweep drift check ---------------------------------
 # A training command whose speed is redrawn in every process (x0.75 to x1.25, as on a busy shared box), while
 # the sweep assumes machine.run_to_run_noise=0.01. The true order: split=2 is 9% faster than split=1 at accum=1.
@@ -310,7 +323,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[7, 2024], help="one kill campaign per seed")
     ap.add_argument("--skip-bad-input", action="store_true")
     ap.add_argument("--noisy-sweeps", type=int, default=5, help="sweeps of the noisy-host case (0 skips it)")
-    ap.add_argument("--only", nargs="+", metavar="GROUP", help="run only these groups: kills faults other launches interrupts reruns issue30 noisy bad_inputs")
+    ap.add_argument("--only", nargs="+", metavar="GROUP", help="run only these groups: kills faults other launches interrupts reruns issue30 validity noisy bad_inputs")
     args = ap.parse_args()
     t = Tally()
     t0 = time.monotonic()
@@ -320,7 +333,7 @@ def main() -> int:
             "kills": lambda: kills(root / "kills", args.seeds, t), "faults": lambda: failing_trials(root / "faults", t),
             "other": lambda: other_faults(root, t), "launches": lambda: launches(root / "launches", t),
             "interrupts": lambda: interrupts(root / "interrupts", t), "reruns": lambda: reruns_refused(root / "reruns", t),
-            "issue30": lambda: issue30(root / "issue30", t),
+            "issue30": lambda: issue30(root / "issue30", t), "validity": lambda: validity(root / "validity", t),
         }
         if args.noisy_sweeps:
             groups["noisy"] = lambda: noisy_hosts(root / "noisy", t, args.noisy_sweeps)

@@ -92,15 +92,18 @@ def test_on_the_8_gpu_host_a_late_oom_is_met_at_one_rank_and_never_confirmed() -
 
 
 def test_the_first_pair_stops_provisionally_and_is_run_again_only_when_it_may_be_the_answer() -> None:
-    """base24's first fitting pair, accum=32 split=1, is the slowest that fits: one timed step, never run again.
-    On split1_best the first fitting pair is the answer: it runs again in full, and the answer rests on that run."""
+    """base24's first fitting pair, accum=32 split=1, is the slowest that fits: one timed step, and never run again
+    because a pair measured in full outranks it by the throughput ordering (issue 43: its one step alone rules out
+    nothing). On split1_best the first fitting pair is the answer: it runs again in full, and the answer rests on that run."""
     from landscapes import LANDSCAPES
 
+    from sweep.core.confidence import outranked_by_measured
     from sweep.core.decision import is_provisional
 
     phase = sim.one_device_phase(load("base24"), sim.WARM, 0)
     first = phase.results["accum32_split1"]
     assert is_provisional(first) and len(first.step_times_s) == 1 and not phase.provisional
+    assert outranked_by_measured(first, phase.results)
     best = sim.Simulated(LANDSCAPES["split1_best"])
     phase = sim.one_device_phase(best, sim.WARM, 0)
     assert [r.key for r in phase.provisional] == [sim.pick_of(phase.results)]

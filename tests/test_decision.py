@@ -367,14 +367,20 @@ def test_a_provisional_pair_the_recommendation_would_take_is_run_again():
     assert provisional_contenders({}) == []
 
 
-def test_a_provisional_pair_inside_the_answers_interval_is_run_again_and_one_below_it_is_not():
+def test_a_provisional_pair_is_run_again_unless_a_pair_measured_in_full_outranks_it():
+    """Issue 43: a provisional figure rests on one step, and the search's first step is its coldest: a pair whose one
+    step was 3x slow is not ruled out by that step. Only the throughput ordering, on a pair measured in full, rules
+    it out (as it rules out untried pairs); else it is run again in full, however slow its one step."""
     results = {"accum2_split1": ok("accum2_split1", STEADY), "accum8_split1": provisional("accum8_split1", [0.0101])}
-    assert provisional_contenders(results) == ["accum8_split1"]
-    results["accum8_split1"] = provisional("accum8_split1", [0.02])  # half as fast: not the answer whatever its re-run says
+    assert provisional_contenders(results) == ["accum8_split1"]  # inside the answer's interval
+    results["accum8_split1"] = provisional("accum8_split1", [0.03])  # a third as fast, but accum=2 split=1 outranks it
     assert provisional_contenders(results) == []
-    # A tight provisional pair is not what the recommendation takes while a roomy pair ran ok.
-    results["accum8_split1"] = provisional("accum8_split1", [0.005], tight=True)
-    assert provisional_contenders(results) == []
+    # Only a split=2 pair measured: it does not outrank a split=1 pair (the split's saving), so the cold one runs again.
+    cold = {"accum2_split2": ok("accum2_split2", STEADY), "accum8_split1": provisional("accum8_split1", [0.03])}
+    assert provisional_contenders(cold) == ["accum8_split1"]
+    # A pair cut short itself (one step) outranks nothing: the cold one still runs again.
+    cold["accum4_split1"] = replace(ok("accum4_split1", [0.005]), stopped_early="outranked by ...")
+    assert "accum8_split1" in provisional_contenders(cold)
     # Every ok pair tight: the recommendation takes the fastest of them, so a provisional one is run again.
     assert provisional_contenders({"accum8_split1": provisional("accum8_split1", [0.005], tight=True)}) == ["accum8_split1"]
 

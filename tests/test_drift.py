@@ -87,6 +87,33 @@ def test_pairs_to_retime(figures, retimed) -> None:
     assert [(r.accum, r.split) for r in pairs_to_retime(results)] == retimed
 
 
+def test_a_re_timing_stands_only_if_it_ended_after_every_trial(tmp_path) -> None:
+    """What a resume's drift check owes (orchestration/retime.py): a pair whose re-timing ended after the sweep's last
+    trial record is not re-timed again (a finished sweep's resume launches nothing); one older than a trial (trials ran
+    since), cut short (cancelled) or missing is."""
+    import os
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from sweep.core.schema import Status, trial_dir
+    from sweep.orchestration.retime import _earlier, _newest_record, retime_dir
+    from sweep.records import write_result
+
+    first = replace(ok_result(4, 2, 1755.0), fingerprint="f")
+    orch = SimpleNamespace(plan=SimpleNamespace(sweep_dir=tmp_path, fingerprint="f"))
+    write_result(first, trial_dir(tmp_path, first.key))
+    os.utime(trial_dir(tmp_path, first.key) / "result.json", (1000, 1000))
+    newest = _newest_record(tmp_path, {first.key: first})
+    assert newest == 1000 and _earlier(orch, first, newest) is None  # never re-timed
+    again = write_result(replace(first, throughput=1700.0), retime_dir(tmp_path, first.key))
+    os.utime(again, (1001, 1001))
+    assert _earlier(orch, first, newest).throughput == 1700.0
+    os.utime(again, (999, 999))  # re-timed before a trial that ran since: of the old figures
+    assert _earlier(orch, first, newest) is None
+    write_result(replace(first, throughput=None, status=Status.CANCELLED), retime_dir(tmp_path, first.key))
+    assert _earlier(orch, first, newest) is None  # cut short by a Ctrl-C: owed
+
+
 # A command whose speed changes after the sweep's two trials: the re-timings see split=2 30% slower, split=1 30% faster.
 DRIFTING = """
 import os, sys
@@ -136,3 +163,121 @@ def test_a_sweep_whose_pairs_drift_scores_with_the_noise_seen(tmp_path) -> None:
     df = load(sweep_dir)
     assert df.loc[df["split"] == 2, "throughput_samples_per_s"].item() == pytest.approx(1200, rel=0.01)
     assert len(df) == 2
+
+
+# The sweep's two trials run at once; every later start (a re-timing) waits for the test's `go` file first, so that
+# the test can kill or stop the sweep while its drift check's re-timing runs. accum=1 split=2 leads split=1 by 9%.
+RETIMING_WAITS = """
+import os, sys, time
+accum, split, gbs = (int(a.split("=")[1]) for a in sys.argv[1:4])
+here = os.path.dirname(os.path.abspath(__file__))
+fd = os.open(os.path.join(here, "starts"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+os.write(fd, b"x"); os.close(fd)
+if os.path.getsize(os.path.join(here, "starts")) > 2:
+    with open(os.path.join(here, "retiming.tmp"), "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(os.path.join(here, "retiming.tmp"), os.path.join(here, "retiming"))
+    deadline = time.time() + 60
+    while not os.path.exists(os.path.join(here, "go")) and time.time() < deadline:
+        time.sleep(0.05)
+for epoch in range(1, 6):
+    tput = 1000.0 * (1 + split / 10) / accum * (1 + 0.001 * epoch)
+    print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {tput:8.2f} | train_avg_took : {gbs / tput:6.2f}", flush=True)
+"""
+
+
+def _retiming_sweep(tmp_path):
+    """The sweep's arguments and environment, and its dir: two trials, then a drift check that waits for `go`."""
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "train.py"
+    script.write_text(RETIMING_WAITS)
+    argv = f'workload.argv=["{sys.executable}","{script}","--accum={{accum}}","--split={{split}}","--global_batch_size={{global_batch_size}}"]'
+    sweep_dir = tmp_path / "s"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    args = ["workload=command", argv, "search=grid", "accum=1", "split=1,2", "search.racing=false", "trial.time_limit_s=60",
+            f"hydra.sweep.dir={sweep_dir}"]
+    return args, env, sweep_dir
+
+
+def _until(what, done, run, out, timeout_s: float = 60) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if run.poll() is not None or time.monotonic() > deadline:
+            run.kill()
+            pytest.fail(f"{what} did not happen: rc={run.poll()}\n{out.read_text() if out.exists() else ''}")
+        time.sleep(0.05)
+
+
+@pytest.mark.e2e
+def test_a_sweep_killed_in_its_drift_check_resumes_it_and_ends_the_re_timing(tmp_path) -> None:
+    """kill -9 while the re-timing runs: its job outlives the sweep. The resume re-attaches to it (not a second
+    re-timing of that pair), waits for it, re-times the other pair and prints the drift line; nothing is left running."""
+    import json
+    import re
+
+    import psutil
+    from sweep_run import background_sweep
+    from test_interrupts import no_trial_left
+
+    args, env, sweep_dir = _retiming_sweep(tmp_path)
+    first_out, resume_out = tmp_path / "first.out", tmp_path / "resume.out"
+    first = background_sweep(args, tmp_path, env, first_out)
+    _until("the re-timing", (tmp_path / "retiming").exists, first, first_out)
+    first.kill()
+    first.wait(30)
+    assert psutil.pid_exists(int((tmp_path / "retiming").read_text()))  # the re-timing's command outlived the sweep
+    resumed = background_sweep([f"resume={sweep_dir}"], tmp_path, env, resume_out)
+    _until("the re-attach", lambda: "re-attached to running re-timing job" in resume_out.read_text(), resumed, resume_out)
+    (tmp_path / "go").touch()
+    code = resumed.wait(120)
+    out = resume_out.read_text()
+    print(out)
+    assert code == 0, out
+    assert re.search(r"re-attached to running re-timing job \d+ for accum=1 split=2 \(an earlier run's drift check\)", out), out
+    assert re.search(r"drift check: re-timing accum=1 split=2 \(re-attached job \d+\) and accum=1 split=1 \(", out), out
+    (line,) = [x for x in out.splitlines() if x.startswith(("drift check: re-timed", "drift: re-timed"))]
+    assert "accum=1 split=2" in line and "accum=1 split=1" in line
+    assert (tmp_path / "starts").read_text() == "xxxx"  # two trials, two re-timings: the re-attached one ran once
+    assert json.loads((sweep_dir / "sweep.json").read_text())["state"] == "done"
+    assert no_trial_left(sweep_dir, timeout_s=5)
+
+
+@pytest.mark.e2e
+def test_ctrl_c_in_the_drift_check_exits_130_says_what_was_cut_short_and_the_resume_finishes_it(tmp_path) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from sweep_run import run_sweep
+    from test_interrupts import hint, no_trial_left
+
+    args, env, sweep_dir = _retiming_sweep(tmp_path)
+    out_file = tmp_path / "first.out"
+    with out_file.open("w") as stream:  # as a terminal runs it: its own session, Ctrl-C to the whole group
+        proc = subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=tmp_path, env=env, stdout=stream, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    _until("the re-timing", (tmp_path / "retiming").exists, proc, out_file)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(60) == 130
+    out = out_file.read_text()
+    print(out)
+    assert "Traceback" not in out, out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("interrupted: the drift check was cut short after every trial finished (re-timing of accum=1 split=2 "
+                           "stopped, accum=1 split=1 not re-timed yet); finished results are kept in "), last
+    assert hint(sweep_dir) in last
+    assert json.loads((sweep_dir / "sweep.json").read_text())["state"] == "interrupted"
+    assert no_trial_left(sweep_dir, timeout_s=5)
+    (tmp_path / "go").touch()
+    resumed = run_sweep([f"resume={sweep_dir}"], tmp_path, env=env, timeout=120)
+    print(resumed.stdout)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "drift check: re-timing accum=1 split=2 and accum=1 split=1 (" in resumed.stdout
+    assert [x for x in resumed.stdout.splitlines() if x.startswith(("drift check: re-timed", "drift: re-timed"))]
+    assert (tmp_path / "starts").read_text() == "xxxxx"  # the stopped re-timing, then both again

@@ -353,6 +353,11 @@ def test_read_tail_reads_only_the_end(tmp_path: Path) -> None:
     assert read_tail(path, max_bytes=60) == "first whole line\nTraceback (most recent call last):\n"
     assert read_tail(path, max_bytes=10**6).startswith("xxx")
     assert read_tail(tmp_path / "missing") == ""
+    # start: nothing before that byte (a warm worker's earlier trials), a torn line there dropped.
+    start = 10_001
+    assert read_tail(path, start=start) == "first whole line\nTraceback (most recent call last):\n"
+    assert read_tail(path, start=start + 3) == "Traceback (most recent call last):\n"
+    assert read_tail(path, start=path.stat().st_size) == ""
 
 
 # --- LogTail -------------------------------------------------------------------------------

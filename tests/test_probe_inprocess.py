@@ -155,13 +155,14 @@ class FakeAllocator:
 
     def __init__(self) -> None:
         self.allocated = self.peak = 10
+        self.retries = 0  # num_alloc_retries: only ever rises, as the allocator's own
 
     def use(self, size: int) -> None:
         self.peak = max(self.peak, size)
 
     def memory_stats(self, device=None) -> dict:
         return {"allocated_bytes.all.current": self.allocated, "allocated_bytes.all.peak": self.peak,
-                "reserved_bytes.all.peak": self.peak, "num_alloc_retries": 0}
+                "reserved_bytes.all.peak": self.peak, "num_alloc_retries": self.retries}
 
     def reset_peak_memory_stats(self, device=None) -> None:
         self.peak = self.allocated
@@ -194,6 +195,53 @@ def test_the_trainer_reads_its_own_cuda_peaks_though_the_probe_resets_them_each_
     assert [s.peak_bytes for s in probe.read_probe(tmp_path / "probe").steps] == [100, 300, 200, 500, 100, 150]
     disarmed_after.disarm()
     assert torch.cuda.memory_stats == fake.memory_stats  # the view is taken out with the hooks
+
+
+def test_allocator_retries_in_timed_steps_reach_the_result_and_put_the_pair_at_risk(tmp_path, monkeypatch, disarmed_after):
+    """The probe's per-step retries (num_alloc_retries' rise) through the command workload's fields and the
+    built-in's _record_memory to at_risk; tests/test_probe_gpu.py checks the count on a real card."""
+    from types import SimpleNamespace
+
+    from sweep.core.growth import RETRIES_PREFIX, at_risk, retries_note
+    from sweep.core.schema import TrialResult
+    from sweep.workloads.command.probed import ProbeFollower
+    from sweep.workloads.rnnt.runner import _record_memory
+
+    fake = FakeAllocator()
+    fake.retries = 5  # start-up's: they land in step 0, which never counts
+    for module in (torch.cuda.memory, torch.cuda):
+        monkeypatch.setattr(module, "memory_stats", fake.memory_stats)
+        monkeypatch.setattr(module, "reset_peak_memory_stats", fake.reset_peak_memory_stats)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    probe.install(tmp_path / "probe")
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for retried in [2, 0, 0, 1, 0, 3]:  # steps 0 and 1 are warm-up; steps 2 to 5 are timed
+        fake.use(100)
+        fake.retries += retried
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    probe.install(tmp_path / "next")  # closes the first record
+    report = probe.read_probe(tmp_path / "probe")
+    assert report.step_retries == [7, 0, 0, 1, 0, 3]
+    follower = ProbeFollower(tmp_path / "probe", warmup_steps=2, global_batch_size=8, tokens_per_sample=None, unit="samples/s")
+    follower.report = report
+    pair = dict(accum=1, split=1, per_device_batch=8, joint_batch=8, global_batch_size=8, num_devices=1, status=Status.OK)
+    command = TrialResult(**pair, **follower.ok_fields(), **follower.memory_fields("cuda", 80.0))
+    assert command.step_alloc_retries == [7, 0, 0, 1, 0, 3] and at_risk(command)
+    assert retries_note(command).startswith(f"{RETRIES_PREFIX}: 4 retries at steps 3, 5 of 6")
+    # The built-in's result, from the same report (a CPU baseline: no device properties to read on this host).
+    builtin = TrialResult(**pair, warmup_steps=2)
+    baseline = SimpleNamespace(device=torch.device("cpu"), used_above=lambda b: b, counted_above=lambda b: b)
+    _record_memory(builtin, report, {}, baseline, 1.0, 0.05)
+    assert builtin.step_alloc_retries == [7, 0, 0, 1, 0, 3] and at_risk(builtin) and not builtin.tight
+    # The same trial with retries only in warm-up is not at risk.
+    builtin.step_alloc_retries = [7, 2, 0, 0, 0, 0]
+    assert not at_risk(builtin)
+    disarmed_after.disarm()
 
 
 class Exhausting(torch.nn.Module):

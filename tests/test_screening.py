@@ -116,6 +116,8 @@ def test_a_two_device_sweep_screens_one_rank_trials_side_by_side_then_confirms_w
     assert {a for a, r in screened.items() if r["status"] == "ok"} == {"1", "2", "4", "8"}
     assert all(r["num_devices"] == "1" and r["global_batch_size"] == "64" for r in screened.values())
     assert "screening: 4 pairs as one-rank trials at global_batch_size=64" in out.out
+    screening_log = out.out.split(f"dir {sweep_dir}\n")[0]  # up to the full sweep's first line
+    assert "screening" in screening_log and "recommended" not in screening_log and "confidence" not in screening_log
     rec = yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
     assert (rec["accum"], rec["split"]) == (2, 1)
 
@@ -272,3 +274,62 @@ def test_a_screening_sweeps_staircase_gives_spare_devices_the_retry(tmp_path: Pa
                                display=SimpleNamespace(log=lambda line: None))
     confirm, code = run_screening(plan, lambda sub: stand_in)
     assert code == 0 and confirm is not None and confirm.screening == {}
+
+
+# accum=2's screening trial (one rank) holds the screening phase open until the test's `go` file; accum=1 leads by 2x.
+GATED = r'''
+import os, sys, time
+accum, ndev = int(sys.argv[1]), int(sys.argv[2])
+here = os.path.dirname(os.path.abspath(__file__))
+if ndev == 1 and accum == 2:
+    open(os.path.join(here, "screening"), "w").close()
+    deadline = time.time() + 60
+    while not os.path.exists(os.path.join(here, "go")) and time.time() < deadline:
+        time.sleep(0.05)
+speed = 1000.0 / accum
+for epoch in (1, 2, 3):
+    print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {speed:8.2f} | train_avg_took : {0.016 * accum:6.2f}", flush=True)
+'''
+
+
+@pytest.mark.e2e
+def test_a_second_sweep_into_a_dir_being_screened_is_refused_and_screening_names_no_answer(tmp_path: Path) -> None:
+    """The sweep dir's lock is held from before screening writes anything: a second sweep into it (search.screen=off,
+    which would run its full trials at once) is refused and writes nothing. The screening phase prints no
+    recommendation, confidence or flags (and writes no recommendation.yaml): the sweep's answer comes once, after it."""
+    import os
+    import re
+    import time
+
+    from sweep_run import background_sweep, run_sweep
+
+    script, sweep_dir, out_file = tmp_path / "train.py", tmp_path / "sweep", tmp_path / "first.out"
+    script.write_text(GATED)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    args = [f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv=[{sys.executable},{script},'{{accum}}','{{num_devices}}']",
+            "global_batch_size=16", "search=grid", "accum=1,2,4", "split=1", "trial.time_limit_s=60", "search.drift_check=false",
+            "machine.num_devices=2", "hydra.launcher.tasks_per_node=2"]
+    first = background_sweep([*args, "search.screen=on"], tmp_path, env, out_file)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "screening").exists():
+        assert first.poll() is None and time.monotonic() < deadline, out_file.read_text()
+        time.sleep(0.05)
+    second = run_sweep([*args, "search.screen=off"], tmp_path, timeout=60)
+    print(second.stderr)
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert second.stderr == f"sweep: error: another sweep is running in {sweep_dir} (lock .sweep.lock held): wait for it, or choose another hydra.sweep.dir\n"
+    assert "search.screen=on" in json.loads((sweep_dir / "sweep.json").read_text())["argv"]  # the first's, not overwritten
+    assert not (sweep_dir / "trials").exists()  # no full trial of the second's
+    (tmp_path / "go").touch()
+    assert first.wait(120) == 0, out_file.read_text()
+    out = out_file.read_text()
+    print(out)
+    main_start = re.search(rf"^\[ *[\d.]+s\] sweep \S+: .* dir {re.escape(str(sweep_dir))}$", out, re.M)
+    assert main_start, out
+    screening = out[: main_start.start()]
+    assert f"dir {sweep_dir / 'screening'}" in screening and "results: " in screening
+    assert not re.search(r"recommended|confidence|flags:", screening), screening
+    assert len(re.findall(r"^flags: ", out, re.M)) == 1
+    assert not (sweep_dir / "screening" / "recommendation.yaml").exists()
+    rec = yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
+    assert (rec["accum"], rec["split"]) == (1, 1)

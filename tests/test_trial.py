@@ -84,9 +84,13 @@ def test_failed_trial_is_recorded_then_raised(tmp_path):
     assert "\n" not in record.error
 
 
-def test_several_devices_outside_a_job_run_as_one_process(tmp_path, capsys):
+def test_several_devices_outside_a_job_run_as_one_process_whose_figure_is_not_the_pairs(tmp_path, capsys):
+    """Outside a multi-task job one process stands in for 2 devices: it trains, but its steps are one rank's share
+    of the global batch, so its figure is not counted (core/validity.py): rejected, naming the ranks seen."""
     spec = replace(make_spec(tmp_path, accum=1, split=1, global_batch=4), num_devices=2, per_device_batch=2, joint_batch=2)
-    assert run_trial(spec).status == Status.OK
+    record = run_trial(spec)
+    assert record.status == Status.REJECTED and record.ranks_seen == 1 and record.world_size == 1 and record.throughput
+    assert "world size was 1 where machine.num_devices=2: each step trained 0.5x the global batch" in record.error
     assert "not inside a multi-task job" in capsys.readouterr().out
 
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from sweep_run import TINY, ForkedRun, background_sweep, run_sweep
 from test_gpu_groups import pretend_four_gpus, run_in_process
 
@@ -65,6 +66,54 @@ def test_a_killed_worker_fails_its_trial_and_the_sweep_goes_on_in_a_fresh_one(tm
     others = [r for r in table.values() if r is not killed]
     assert [r["status"] for r in others] == ["ok"]
     assert len({s["pid"] for s in states(sweep_dir)}) == 2  # the killed worker and its replacement
+
+
+@pytest.mark.parametrize("victim", ["worker", "trial process"])
+def test_a_trial_killed_after_an_oom_in_its_worker_is_failed_by_its_own_lines_and_prunes_nothing(tmp_path: Path, victim: str) -> None:
+    """The CPU demo's staircase (issue 43): its worker runs accum=2 split=1 (an encoder OOM, its traceback in the worker's log),
+    then accum=4 split=1, then accum=4 split=2, which is SIGKILLed mid-trial, the worker or the trial's forked process. Read
+    from the whole log, that trial was an encoder OOM (the earlier trial's), which pruned every smaller accum and gave the
+    recommendation 99/100; from its own lines it is failed, naming the kill and its log."""
+    import psutil
+
+    from sweep.core.implications import oom_implied
+    from sweep.core.space import enumerate_candidates, make_candidate
+    from sweep.records import collect_results
+
+    sweep_dir = tmp_path / "s"
+    # No racing: the killed trial is not stopped early, nor the first pair re-run in full; the killed trial is the last.
+    proc = start_sweep([f"hydra.sweep.dir={sweep_dir}", "search.drift_check=false", "search.racing=false", "search.max_trials=4",
+                        "trial.measure_steps=12", "trial.max_measure_steps=12"], tmp_path)
+
+    def running_the_pair() -> dict | None:
+        state = running_worker(sweep_dir)
+        return state if state and state["trial_dir"].endswith("accum4_split2") else None
+
+    state = wait_for(running_the_pair)
+    os.kill(state["pid"] if victim == "worker" else psutil.Process(state["pid"]).children()[0].pid, signal.SIGKILL)
+    code = proc.wait(timeout=300)
+    out, table = (tmp_path / "out.txt").read_text(), rows(sweep_dir)
+    # 1 only where no pair ran ok (on a busy box the first pair may be rejected as never steady): no error either way.
+    assert code in (0, 1) and "Traceback" not in out, out
+    assert table[(2, 1)]["status"] == "oom", table  # the earlier trial, whose lines the killed one's came after
+    killed = table[(4, 2)]
+    assert (killed["status"], killed["oom_phase"]) == ("failed", ""), killed
+    what = ("its warm worker (pid {}) was killed while running it" if victim == "worker"
+            else "its warm worker (pid {}): its trial process was killed by SIGKILL").format(state["pid"])
+    assert what in killed["reason"] and "no sign of running out of memory in its own lines" in killed["reason"], killed
+    assert f"see {killed['log']} from byte " in killed["reason"] and "allocate" not in killed["reason"], killed
+    assert f"accum=4 split=2: failed: {what}" in out
+    # Nothing pruned by it: no pair implied OOM that is not without it. Read as an encoder OOM at a per-device batch of 32,
+    # it ruled out every pair of accum 4 or less (accum=4 split=4 among them), and the first pair was recommended at 99/100.
+    results = list(collect_results(sweep_dir).values())
+    others = [r for r in results if (r.accum, r.split) != (4, 2)]
+    pairs = enumerate_candidates(128, 1)
+    assert [c for c in pairs if oom_implied(c, results)] == [c for c in pairs if oom_implied(c, others)]
+    assert not oom_implied(make_candidate(4, 4, 128, 1), results)
+    # Nor does the recommendation rest on it: the pair recommended ran ok.
+    if code == 0:
+        rec = yaml.safe_load((sweep_dir / "recommendation.yaml").read_text())
+        assert table[(rec["accum"], rec["split"])]["status"] == "ok", rec
 
 
 def test_a_trial_over_its_time_limit_ends_as_timeout_and_its_worker_with_it(tmp_path: Path) -> None:

@@ -132,6 +132,59 @@ def test_a_killed_worker_records_its_trial_as_failed_and_is_replaced(tmp_path: P
     assert ok.status == Status.OK and replaced.job_id != doomed.job_id
 
 
+EARLIER_OOM = """sweep worker 77: trial 1, accum=2 split=1
+Traceback (most recent call last):
+  File "/x/model.py", line 10, in encode
+    out = self.encoder(x)
+RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1114112 bytes.
+result oom in phase encoder: you tried to allocate 1114112 bytes in phase encoder
+"""
+
+
+def test_a_warm_trial_without_its_record_is_classified_from_its_own_lines_only(tmp_path: Path) -> None:
+    """Issue 43: the worker's log holds its earlier trials' lines, an OOM's traceback among them. A trial that ended without
+    its record is read from the byte where it was handed over, whether the sweep follows it (WarmTrial.warm) or re-attached
+    to its worker after a restart (job.json's "warm"); the worker's state says how it ended. A job of its own is read whole."""
+    from types import SimpleNamespace
+
+    log = tmp_path / "77_0_log.out"
+    offset = len(EARLIER_OOM.encode())
+    own = "sweep worker 77: trial 2, accum=4 split=2\nstep 1/10 (warm-up): 0.100 s\n"
+    log.write_text(EARLIER_OOM + own)
+    worker = tmp_path / "worker"
+    worker.mkdir()
+    warm = {"worker_dir": str(worker), "seq": 2, "stdout_from": offset, "stderr_from": 0}
+    s = spec(tmp_path, SMALL, 4, 2, 8, 2.0)
+    tdir = Path(s.trial_dir)
+    tdir.mkdir()
+    paths = SimpleNamespace(stdout=log, stderr=tmp_path / "77_0_log.err")
+
+    def ended(job: object, state: dict) -> TrialResult:
+        (worker / "state.json").write_text(json.dumps({"seq": 2, "pid": 77, **state}))
+        return ended_job_result(job, s, tdir, timed_out=False, cancelled=False, wall_s=1.0)
+
+    followed = SimpleNamespace(job_id="1234", paths=paths, state="FINISHED", warm=warm)
+    res = ended(followed, {"state": "running"})  # the worker was killed: its state still says running
+    assert res.status == Status.FAILED and res.oom_phase is None, res
+    assert res.error.startswith("its warm worker (pid 77) was killed while running it, with no sign of running out of memory"), res.error
+    assert "(its last line: step 1/10 (warm-up): 0.100 s)" in res.error and res.error.endswith(f"see {log} from byte {offset}")
+    res = ended(followed, {"state": "retiring", "why": "its trial process was killed by SIGKILL"})
+    assert res.status == Status.FAILED and res.error.startswith("its warm worker (pid 77): its trial process was killed by SIGKILL, "), res.error
+    # Re-attached after a restart: the job knows nothing of the worker, job.json does.
+    (tdir / "job.json").write_text(json.dumps({"job_id": "1234", "cluster": "local", "log": str(log), "warm": warm}))
+    orphan = SimpleNamespace(job_id="1234", paths=paths, state="FINISHED")
+    res = ended(orphan, {"state": "running"})
+    assert res.status == Status.FAILED and "was killed while running it" in res.error and f"from byte {offset}" in res.error, res.error
+    # Its own OOM still counts, killed or not.
+    log.write_text(EARLIER_OOM + own + EARLIER_OOM.replace("sweep worker 77: trial 1, accum=2 split=1\n", ""))
+    assert ended(followed, {"state": "running"}).status == Status.OOM
+    # A job of its own (Slurm, or local without warm workers): the whole log is the trial's, as before.
+    log.write_text(EARLIER_OOM + own)
+    (tdir / "job.json").write_text(json.dumps({"job_id": "1234", "cluster": "local", "log": str(log)}))
+    res = ended(orphan, {"state": "running"})
+    assert res.status == Status.OOM and res.error.endswith(f"see {log}"), res.error
+
+
 def test_only_built_in_one_device_local_trials_go_to_a_worker(tmp_path: Path) -> None:
     from sweep.workloads.command.config import CommandWorkloadConfig
 

@@ -10,6 +10,12 @@
    * the leader's gain per doubling over the nearest measured pair behind it / 0.23, in [0.02, 1]:
    diminishing returns); direction and d (doublings) are taken in (per-device batch, joint batch).
 3. confidence = P_measured * prod(1 - q), as an integer 0..99: never 100, as Cerebras.
+
+What counts as measured (issue 43): a pair the sweep stopped early on fewer than MIN_INTERVAL_STEPS timed
+steps (the search's provisional first pair, a pair the throughput ordering ruled out after a step) has no
+95% interval and may have been timed on a cold step, so it is scored as untried, not as measured: it
+drops out of P_measured and counts as an open pair unless a pair measured in full outranks it. A
+`rejected` record (its figure failed core/validity.py's checks) and a `cancelled` one are untried too.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from functools import lru_cache
 import numpy as np
 
 from sweep.core.implications import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
-from sweep.core.schema import CANCELLED, OK, TrialResult
+from sweep.core.measure import MIN_INTERVAL_STEPS
+from sweep.core.schema import CANCELLED, OK, REJECTED, TrialResult
 from sweep.core.space import Candidate
 from sweep.core.stats import interval_se, normal_pdf, special
 
@@ -32,6 +39,7 @@ __all__ = ["confidence_score", "leader_probability", "leader_key", "open_pairs",
 TRIAL_FLOOR = 0.01  # between-trial log-throughput noise when the machine's run-to-run noise is not given
 SHRINK_STEPS = 8  # weight, in steps, of the pooled spread when estimating one trial's spread
 DEFAULT_SE = 0.05  # a result with neither step times nor an interval
+UNMEASURED_CAP = 0.79  # the most the score says while a pair that may be the answer was cut short (unmeasured)
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # se(median) / se(mean) for normal data
 
 # Prior that an untried pair is feasible and faster than the leader, by direction from the
@@ -136,6 +144,26 @@ def leader_probability(results: Mapping[str, TrialResult], run_to_run: float = T
     return float(min(1.0, _trapezoid(_normal_density_at_nodes() * beats_all, _Z)))
 
 
+def unmeasured(r: TrialResult) -> bool:
+    """Whether a finished record is no measurement of its pair for the score: cancelled, rejected, or ok but
+    stopped early by the sweep on fewer timed steps than a 95% interval needs."""
+    if r.status in (CANCELLED, REJECTED):
+        return True
+    steps = max(len(r.step_times_s), r.steps_measured or 0)
+    return r.status == OK and bool(r.stopped_early) and steps < MIN_INTERVAL_STEPS
+
+
+def outranked_by_measured(c: Candidate | TrialResult, results: Mapping[str, TrialResult]) -> bool:
+    """Whether an ok pair measured in full (not unmeasured) outranks c by the throughput ordering
+    (core/implications.no_faster_than): the heuristic that rules out every untried pair it covers."""
+    return any(r.status == OK and not unmeasured(r) and r.key != c.key and no_faster_than(c, r) for r in results.values())
+
+
+def scored(results: Mapping[str, TrialResult]) -> dict[str, TrialResult]:
+    """The records the score rests on: every finished one but those that are no measurement (unmeasured)."""
+    return {k: r for k, r in results.items() if not unmeasured(r)}
+
+
 def _offset(c: Candidate | TrialResult, lead: TrialResult) -> tuple[float, float]:
     """Doublings of per-device batch and of joint batch from the leader."""
     return math.log2(c.per_device_batch / lead.per_device_batch), math.log2(c.joint_batch / lead.joint_batch)
@@ -186,8 +214,8 @@ def open_pairs(
              for r in ok if r.key != lead_key and r.throughput and lead.throughput]
     out = []
     for c in candidates:
-        # A cancelled trial was interrupted, not measured (a resumed sweep runs it again): still open.
-        tried = c.key in results and results[c.key].status != CANCELLED
+        # A cancelled trial was interrupted, a rejected one measured something else: neither was measured.
+        tried = c.key in results and not unmeasured(results[c.key])
         if not c.valid or tried or oom_implied(c, finished):
             continue
         if any(no_faster_than(c, r) for r in ok):
@@ -219,9 +247,15 @@ def confidence_score(
     Whether the search has ended is not an input: the score rests on the results alone, so an interim
     score and a final one mean the same thing.
     """
+    cut_short = [r for r in results.values() if r.status == OK and unmeasured(r) and not outranked_by_measured(r, results)]
+    results = scored(results)
     p = leader_probability(results, run_to_run)
     if p is None:
         return None
     for _, q in open_pairs(candidates, results, predicted_oom):
         p *= 1.0 - q
+    # A pair that fit but was cut short on a step or two, and that no pair measured in full outranks, may be the
+    # answer its one cold step hid: until it is measured in full (orchestration/remeasure.py), no 80 or above.
+    if cut_short:
+        p = min(p, UNMEASURED_CAP)
     return max(0, min(99, int(round(100 * p))))

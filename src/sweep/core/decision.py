@@ -22,9 +22,12 @@ and, before any pair has a figure to be compared with, when
    fit at the first (worst) batch is known (PROVISIONAL_STEPS), before its stress step, with
    `stopped_early` starting "provisional". A figure of so few steps has no 95% interval, so no
    rule below compares a pair with it (rivals need MIN_INTERVAL_STEPS steps), and it is never the
-   answer as it stands: a provisional pair that may still be the answer when the search ends (the
-   pair the recommendation would take, or one whose median reaches that pair's 95% lower bound:
-   provisional_contenders) is run again, in full, and decided on that measurement.
+   answer as it stands, nor ruled out by it: its one step may have been the sweep's coldest (the
+   first trial on a cold page cache, a cold compile cache), so a slow provisional figure is no
+   evidence that the pair is slow. A provisional pair that may still be the answer when the search
+   ends (one no pair measured in full outranks by the throughput ordering, or whose median reaches
+   the recommendation's 95% lower bound: provisional_contenders) is run again, in full, and decided
+   on that measurement; until then the confidence score stays below 80 (core/confidence.py).
 
 and because it is ahead only once its fit is known (it has passed its stress step: see
 ahead_after_steps), when
@@ -69,6 +72,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from sweep.core.confidence import outranked_by_measured
 from sweep.core.growth import at_risk
 from sweep.core.implications import no_faster_than
 from sweep.core.measure import MIN_INTERVAL_STEPS, RACE_MARGIN, cannot_win, race_reason
@@ -281,15 +285,18 @@ def is_provisional(r: TrialResult) -> bool:
 def provisional_contenders(results: Mapping[str, TrialResult]) -> list[str]:
     """The provisional pairs that may still be the answer, fastest first: each is run again in full.
 
-    The pair the recommendation would take (core/ranking.recommendation: the fastest roomy ok pair, or
-    the fastest ok pair when every one is tight), if it is provisional; else each provisional pair among
-    the same ones whose median reaches that pair's 95% lower bound. A re-run that lands lower may leave
-    another provisional pair first: that one is run again in its turn."""
+    A provisional figure rests on one step, and the search's first step is its coldest (page cache, kernel and
+    compile caches, a recompile), so a slow one orders the search but rules nothing out on its own: every
+    provisional pair that no pair measured in full outranks by the throughput ordering (the heuristic that
+    rules out untried pairs too: core/confidence.outranked_by_measured) is run again; so is one whose median
+    reaches the lower bound of the pair the recommendation would take (or is that pair). A re-run that lands
+    lower may leave another provisional pair first: that one is run again in its turn."""
     pool = recommendable(ranked_ok(results))
     if not pool:
         return []
     best = pool[0]
-    if is_provisional(best):
-        return [best.key]
     floor = float(best.throughput_low or best.throughput or 0.0)
-    return [r.key for r in pool if is_provisional(r) and float(r.throughput or 0.0) >= floor]
+    return [
+        r.key for r in ranked_ok(results)
+        if is_provisional(r) and (r.key == best.key or float(r.throughput or 0.0) >= floor or not outranked_by_measured(r, results))
+    ]

@@ -1,4 +1,5 @@
-"""Is a trial's reserved memory still growing when it ends? (pure)
+"""May a pair that ran ok still run out of memory in real training? Its reserved peak still growing
+at its end, or the CUDA allocator retrying in its timed steps (pure).
 
 A caching allocator that is never emptied between steps (NeMo OOMptimizer's habit,
 and ours) keeps what it reserved, so a trial's per-step reserved peaks form a
@@ -9,11 +10,17 @@ pair whose staircase still climbs near the end of its trial has not shown its re
 training peak, so it is not recommended, like a tight pair, with the figure that
 shows why.
 
-The rule: a step "rises" when its reserved peak is above the last rise's (at first,
-step 0's) by more than the tolerance (0.5% of the capacity, or of the highest peak
-when the capacity is unknown; at least 1 MiB), so a slow creep counts too. The pair is still growing when its last rise came in
-the final third of its steps (at least the last 3). Step 0 (the first, and the worst
-batch) always sets the first high; fewer than 4 steps say nothing.
+The growth rule: the final third of the steps (at least the last 3) must itself rise: its highest
+reserved peak above the highest before it by more than the tolerance (0.5% of the capacity, or of
+the highest peak when the capacity is unknown; at least 1 MiB). Rises are not chained across the
+final third's edge: measured from the last rise, an early rise plus a creep of 0.09 MiB in the final
+third added up past a 1 MiB tolerance there, which could pass over the demo's answer; a creep too
+small to count within the final third is the allocator's rounding. Fewer than 4 steps say nothing.
+
+The retry rule: a step in which the allocator's retry count (`num_alloc_retries`: a cudaMalloc failed,
+the cache was flushed and the allocation tried again) rose is a step that only just fitted, and
+Composer shrinks its micro-batch on exactly that signal. A pair with a retry in a timed step is at
+risk as a growing one is; retries in warm-up (a cold cache) are not counted.
 """
 
 from __future__ import annotations
@@ -26,40 +33,45 @@ MIN_STEPS = 4  # fewer per-step peaks than this: no verdict
 TOLERANCE_OF_CAPACITY = 0.005  # a rise smaller than this share of the capacity is the allocator's rounding
 MIN_TOLERANCE_GIB = 1.0 / 1024
 GROWTH_PREFIX = "reserved peak still growing"
+RETRIES_PREFIX = "CUDA allocator retried in timed steps"
+RISK_PREFIXES = (GROWTH_PREFIX, RETRIES_PREFIX)  # how an ok row's table note says why it is at risk
+MAX_STEPS_NAMED = 5  # a retries note names at most this many steps
 
 
-def last_rise(step_peaks_gib: Sequence[float], capacity_gib: float | None = None) -> tuple[int, float] | None:
-    """(the step of the last rise, its height above the rise before it), or None when no step after
-    the first rose beyond the tolerance."""
+def final_third_start(steps: int) -> int:
+    """The first step of the final third (at least the last 3 steps)."""
+    return steps - max(3, steps // 3)
+
+
+def late_rise(step_peaks_gib: Sequence[float], capacity_gib: float | None = None) -> tuple[int, float, int] | None:
+    """(the step of the final third's highest peak, its height above the highest peak before the final
+    third, the step of that one), or None: no rise beyond the tolerance there, or fewer than MIN_STEPS."""
     peaks = [float(p) for p in step_peaks_gib]
-    if not peaks:
+    if len(peaks) < MIN_STEPS:
         return None
     reference = capacity_gib if capacity_gib and capacity_gib > 0 else max(peaks)
     tolerance = max(TOLERANCE_OF_CAPACITY * reference, MIN_TOLERANCE_GIB)
-    # Measured from the last counted rise, so a slow creep counts once it adds up to the tolerance.
-    anchor, rise = peaks[0], None
-    for step, peak in enumerate(peaks[1:], start=1):
-        if peak > anchor + tolerance:
-            rise, anchor = (step, peak - anchor), peak
-    return rise
+    start = final_third_start(len(peaks))
+    before, late = peaks[:start], peaks[start:]
+    # The first step at each high: where the reserve got there, not where it stayed.
+    high_step = start + late.index(max(late))
+    base_step = before.index(max(before))
+    height = peaks[high_step] - peaks[base_step]
+    return (high_step, height, base_step) if height > tolerance else None
 
 
 def still_growing(step_peaks_gib: Sequence[float], capacity_gib: float | None = None) -> str:
     """The figure that shows the reserve still climbing at the end, or "" (settled, or too few steps)."""
     peaks = [float(p) for p in step_peaks_gib]
-    if len(peaks) < MIN_STEPS:
-        return ""
-    rise = last_rise(peaks, capacity_gib)
+    rise = late_rise(peaks, capacity_gib)
     if rise is None:
         return ""
-    step, height = rise
-    final_third = len(peaks) - max(3, len(peaks) // 3)
-    if step < final_third:
-        return ""
+    step, height, base = rise
     of_capacity = f" of {capacity_gib:.3g} GiB" if capacity_gib else ""
     return (
         f"{GROWTH_PREFIX}: {peaks[step]:.3g} GiB{of_capacity} at step {step} of {len(peaks)}, "
-        f"up {height * 1024:.0f} MiB on the rise before (step 0: {peaks[0]:.3g} GiB): may OOM in real training"
+        f"up {height * 1024:.0f} MiB on the highest before the final third (step {base}: {peaks[base]:.3g} GiB): "
+        "may OOM in real training"
     )
 
 
@@ -70,9 +82,38 @@ def growth_note(r: TrialResult) -> str:
     return still_growing(r.step_peak_reserved_gib, r.capacity_gib)
 
 
+def timed_retries(step_retries: Sequence[int], warmup_steps: int) -> list[tuple[int, int]]:
+    """(step, retries) for each timed step whose allocator retried.
+
+    Step 0 never counts, even without a warm-up: the probe's first count runs from the process's start,
+    so it holds start-up's retries and, in a warm worker, its earlier trials'."""
+    first = max(int(warmup_steps), 1)
+    return [(step, int(n)) for step, n in enumerate(step_retries) if step >= first and n > 0]
+
+
+def retries_note(r: TrialResult) -> str:
+    """For an ok trial whose allocator retried in a timed step: how often and where; "" for any other."""
+    if r.status != OK or not r.step_alloc_retries:
+        return ""
+    late = timed_retries(r.step_alloc_retries, r.warmup_steps)
+    if not late:
+        return ""
+    total = sum(n for _, n in late)
+    named = ", ".join(str(step) for step, _ in late[:MAX_STEPS_NAMED]) + (", ..." if len(late) > MAX_STEPS_NAMED else "")
+    return (
+        f"{RETRIES_PREFIX}: {total} {'retry' if total == 1 else 'retries'} at step{'s' if len(late) > 1 else ''} "
+        f"{named} of {len(r.step_alloc_retries)} (a cudaMalloc failed; the cache was flushed to fit): may OOM in real training"
+    )
+
+
+def risk_note(r: TrialResult) -> str:
+    """Why an ok trial may OOM in real training beyond its headroom: growth first, else retries; "" if neither."""
+    return growth_note(r) or retries_note(r)
+
+
 def at_risk(r: TrialResult) -> bool:
-    """Ran ok, but may OOM in real training: tight (headroom below the margin) or still growing."""
-    return bool(r.tight) or bool(growth_note(r))
+    """Ran ok, but may OOM in real training: tight (headroom below the margin), still growing, or retrying."""
+    return bool(r.tight) or bool(risk_note(r))
 
 
 def late_oom_note(r: TrialResult) -> str:

@@ -46,10 +46,15 @@ def relative_half_widths(step_times_s: Sequence[float]) -> tuple[float, float]:
     return (mid - low) / mid, (high - mid) / mid
 
 
-def enough_measured(step_times_s: Sequence[float], *, target_precision: float, min_steps: int, max_steps: int) -> bool:
-    """True when timing may stop: the cap is reached, or the median is known to +-target_precision."""
+def enough_measured(
+    step_times_s: Sequence[float], *, target_precision: float, min_steps: int, max_steps: int, timed_steps: int | None = None
+) -> bool:
+    """True when timing may stop: the cap is reached, or the median is known to +-target_precision.
+
+    timed_steps: every step timed so far, where step_times_s leaves out a warm-up that outlasted trial.warmup_steps
+    (core/steady.py): the cap counts those too, so a run that never settles still ends at the cap."""
     n = sum(1 for t in step_times_s if t > 0)
-    if n >= max_steps:
+    if max(n, timed_steps or 0) >= max_steps:
         return True
     if n < max(min_steps, MIN_INTERVAL_STEPS):
         return False
@@ -57,10 +62,11 @@ def enough_measured(step_times_s: Sequence[float], *, target_precision: float, m
     return max(below, above) <= target_precision
 
 
-def measured_enough_for(step_times_s: Sequence[float], trial: TrialConfig) -> bool:
+def measured_enough_for(step_times_s: Sequence[float], trial: TrialConfig, timed_steps: int | None = None) -> bool:
     """enough_measured under a trial's own settings (target_precision, measure_steps, max_measure_steps)."""
     return enough_measured(
-        step_times_s, target_precision=float(trial.target_precision), min_steps=int(trial.measure_steps), max_steps=int(trial.max_measure_steps)
+        step_times_s, target_precision=float(trial.target_precision), min_steps=int(trial.measure_steps), max_steps=int(trial.max_measure_steps),
+        timed_steps=timed_steps,
     )
 
 

@@ -41,6 +41,7 @@ class ProbeStep:
     ranks: int  # how many ranks recorded it
     optimizers: int  # optimizer steps in it on the slowest rank (several optimizers: one step)
     skipped: int  # of those, how many AMP's GradScaler skipped (inf/nan gradients)
+    backwards: int | None = None  # backward passes in it on the slowest rank; None: a probe that did not count them
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,20 @@ class ProbeReport:
     device: str  # "cuda" or "cpu" (what the steps ran on); "" when no step was recorded
     armed: bool  # some process imported torch and the probe armed there
     problems: list[str] = field(default_factory=list)  # why part of the measurement is missing
+    world_size: int | None = None  # the largest world size a process that stepped or backpropagated reported
+    # Each process's backward passes: source -> (rank, [perf_counter at each return]), for trainers whose
+    # parameter update is no torch.optim step (backward_step_times) and for counting micro-batches.
+    backward_ats: dict[str, tuple[int, list[float]]] = field(default_factory=dict)
+    torch_optimizers: bool = False  # some process made a torch.optim optimizer: its steps time the training
+
+    @property
+    def step_retries(self) -> list[int]:
+        """Each step's CUDA allocator retries, in step order (TrialResult.step_alloc_retries); [] when no step
+        has a count (CPU). A step without one counts 0, as does a negative one: the trainer reset the allocator's
+        accumulated counts in that step (reset_accumulated_memory_stats), so what it retried there is unknown."""
+        if all(s.retries is None for s in self.steps):
+            return []
+        return [max(0, s.retries or 0) for s in self.steps]
 
 
 def parse_records(text: str, source: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -112,12 +127,24 @@ def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Seque
     armed = False
     all_problems = list(problems)
     ooms: list[tuple[float, Record]] = []
+    world_sizes: dict[str, int] = {}
+    backward_ats: dict[str, tuple[int, list[float]]] = {}
+    torch_optimizers = False
     for source, records in sorted(records_by_source.items()):
         seen: dict[int, Record] = {}
+        ats: list[float] = []
         for record in records:
             kind = record.get("kind")
-            if kind == "start":
+            if kind == "backward":
+                at = _number(record.get("at"))
+                if at is not None:
+                    ats.append(at)
+            elif kind == "optimizer":
+                torch_optimizers = True
+            elif kind == "start":
                 armed = True
+                if isinstance(record.get("world_size"), int):
+                    world_sizes[source] = int(record["world_size"])
             elif kind == "problem":
                 all_problems.append(f"{source}: {record.get('message', '')}")
             elif kind == "oom":
@@ -131,6 +158,15 @@ def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Seque
         for index, record in seen.items():
             per_step.setdefault(index, []).append(record)
             ranks.add(int(record.get("rank", 0)))
+        if ats:
+            last_rank = next((int(r.get("rank", 0) or 0) for r in reversed(records) if r.get("kind") == "backward"), 0)
+            backward_ats[source] = (last_rank, ats)
+    # A launcher (torchrun's agent) arms too and reports the task's world size, but never trains: only the
+    # processes that stepped or backpropagated say how many ranks trained.
+    trained = {source for source, records in records_by_source.items() if source in backward_ats
+               or any(r.get("kind") == "step" for r in records)}
+    stepped_world = [int(r["world_size"]) for rs in per_step.values() for r in rs if isinstance(r.get("world_size"), int)]
+    trained_world = stepped_world or [size for source, size in world_sizes.items() if source in trained]
     steps = [_step(index, per_step[index]) for index in sorted(per_step)]
     peaks = [(s.peak_bytes, s.index) for s in steps if s.peak_bytes is not None]
     peak_bytes, peak_step = max(peaks, key=lambda p: (p[0], -p[1])) if peaks else (None, None)
@@ -146,6 +182,9 @@ def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Seque
         device="cuda" if "cuda" in devices else ("cpu" if devices else ""),
         armed=armed,
         problems=all_problems,
+        world_size=max(trained_world) if trained_world else None,
+        backward_ats=backward_ats,
+        torch_optimizers=torch_optimizers or bool(per_step),
     )
 
 
@@ -162,7 +201,30 @@ def _step(index: int, records: Sequence[Record]) -> ProbeStep:
         ranks=len(records),
         optimizers=int(slowest.get("optimizers", 0) or 0),
         skipped=int(slowest.get("skipped", 0) or 0),
+        backwards=int(slowest["backwards"]) if isinstance(slowest.get("backwards"), int) else None,
     )
+
+
+def backward_per_step(report: ProbeReport, warmup_steps: int) -> float | None:
+    """The median backward passes per optimizer step after the warm-up; None where the probe did not count them."""
+    counts = [s.backwards for s in report.steps[warmup_steps:] if s.backwards is not None]
+    if not counts:
+        return None
+    ordered = sorted(counts)
+    mid = len(ordered) // 2
+    return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def backward_step_times(report: ProbeReport, accum: int) -> list[float]:
+    """Step times from backward passes alone, for a trainer whose update is no torch.optim step: a step
+    ends at every `accum`-th backward pass of a rank; each step's time is the slowest rank's. The first
+    step has no start the backward passes show, so it is left out (step i here is the trainer's step i+1)."""
+    per_step: dict[int, float] = {}
+    for _, ats in report.backward_ats.values():
+        ends = ats[accum - 1 :: accum]
+        for index, (before, after) in enumerate(zip(ends, ends[1:])):
+            per_step[index] = max(per_step.get(index, 0.0), after - before)
+    return [per_step[i] for i in sorted(per_step) if per_step[i] > 0]
 
 
 def _first_oom(ooms: Sequence[tuple[float, Record]]) -> ProbeOom | None:

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sweep.core.growth import at_risk, growth_note, late_oom_note
+from sweep.core.growth import at_risk, late_oom_note, risk_note
 from sweep.core.schema import (
     CANCELLED,
     FAILED,
@@ -22,6 +22,7 @@ from sweep.core.schema import (
     OOM,
     PENDING,
     PREDICTED_OOM,
+    REJECTED,
     RUNNING,
     SKIPPED,
     TIMEOUT,
@@ -64,7 +65,7 @@ TABLE_COLUMNS = [
 
 # Row order below the ranked rows: what is still coming, then what failed and why.
 _STATUS_ORDER = {
-    OK: 0, RUNNING: 1, PENDING: 2, OOM: 3, PREDICTED_OOM: 4, TIMEOUT: 5, FAILED: 6, CANCELLED: 7, SKIPPED: 8, INVALID: 9,
+    OK: 0, RUNNING: 1, PENDING: 2, OOM: 3, PREDICTED_OOM: 4, TIMEOUT: 5, FAILED: 6, REJECTED: 6, CANCELLED: 7, SKIPPED: 8, INVALID: 9,
 }
 
 
@@ -86,7 +87,7 @@ class SweepMeta:
 
 def baseline_key(results: Mapping[str, TrialResult]) -> str | None:
     """The seed's step-2 answer, the 1.00x reference: the split=1 ok pair with the smallest accum that is not
-    tight or growing (core/growth.py: a pair the recommendation itself passes over as not fitting); when every split=1 ok
+    tight, growing or retrying (core/growth.py: a pair the recommendation itself passes over as not fitting); when every split=1 ok
     pair is tight, the smallest accum among them, as the recommendation then takes a tight pair too."""
     base = [r for r in results.values() if r.status == OK and r.split == 1 and r.throughput]
     base = [r for r in base if not at_risk(r)] or base
@@ -101,7 +102,7 @@ def ranked_ok(results: Mapping[str, TrialResult]) -> list[TrialResult]:
 
 def recommendable(ranked: list[TrialResult]) -> list[TrialResult]:
     """The ok pairs (ranked_ok's order) the recommendation chooses among, fastest first: the roomy ones, or every
-    one when all are tight (core/growth.at_risk: tight or still growing)."""
+    one when all are tight (core/growth.at_risk: tight, still growing or retrying)."""
     return [r for r in ranked if not at_risk(r)] or list(ranked)
 
 
@@ -109,7 +110,7 @@ def confidence_view(results: Mapping[str, TrialResult]) -> Mapping[str, TrialRes
     """The results to score the recommendation on: when it skips a faster tight pair, a tight pair
     counts as not fitting (as an OOM without a phase: a bigger joint batch would be tighter still),
     so the confidence is about the pair recommended, not about the tight leader it passed over.
-    A pair whose reserved peak was still growing (core/growth.py) counts as tight throughout."""
+    A pair whose reserved peak was still growing or whose allocator retried (core/growth.py) counts as tight throughout."""
     ranked = ranked_ok(results)
     if not ranked or not at_risk(ranked[0]) or all(at_risk(r) for r in ranked):
         return results
@@ -164,14 +165,15 @@ def build_table(
             row.update(
                 status=res.status,
                 oom_phase=res.oom_phase,
-                throughput_samples_per_s=res.throughput,
-                throughput_low_samples_per_s=res.throughput_low,
-                throughput_high_samples_per_s=res.throughput_high,
+                # A rejected record's figure did not measure this pair (its error quotes it): not in the table.
+                throughput_samples_per_s=None if res.status == REJECTED else res.throughput,
+                throughput_low_samples_per_s=None if res.status == REJECTED else res.throughput_low,
+                throughput_high_samples_per_s=None if res.status == REJECTED else res.throughput_high,
                 peak_mem_gib=res.peak_mem_gib,
                 wall_s=res.wall_s,
                 steps_measured=_steps_measured(res),
                 reason="; ".join(filter(None, (res.error, late_oom_note(res))))
-                or growth_note(res)
+                or risk_note(res)
                 or (f"stopped early: {res.stopped_early}" if res.stopped_early else ""),
                 log=res.log,
                 job_id=res.job_id,
@@ -235,7 +237,8 @@ def recommendation(
     A tight pair (ok, but its peak leaves less than trial.memory_margin of the device) may OOM in
     real training, so it is recommended only when every ok pair is tight; a faster tight pair is
     named in `memory_note` with both figures. A pair whose reserved peak was still growing at its
-    end (core/growth.py) is treated as tight, and the note gives the growth figure instead.
+    end, or whose allocator retried in timed steps (core/growth.py), is treated as tight, and the note
+    gives that figure instead.
     """
     ranked = ranked_ok(results)
     if not ranked:
@@ -288,14 +291,14 @@ def _memory_note(best: TrialResult, fastest: TrialResult, all_tight: bool, margi
         return f"accum={r.accum} split={r.split}" if splits_apply is not False else f"accum={r.accum}"
 
     if all_tight:
-        if growth_note(best):
-            return f"{pair(best)} is tight: {growth_note(best)}; every ok pair is tight or growing"
+        if risk_note(best):
+            return f"{pair(best)} is tight: {risk_note(best)}; every ok pair is tight, growing or retrying"
         return f"{pair(best)} is tight: it leaves {_pct(best.headroom)} headroom, below {margin}; every ok pair does"
     if fastest is best:
         return None
     faster = (fastest.throughput or 0.0) / (best.throughput or 1.0) - 1.0
     shown = f"{faster:.0%}" if faster >= 0.01 else f"{faster:.1%}"  # never "0% faster"
-    why = growth_note(fastest) if not fastest.tight else f"leaves {_pct(fastest.headroom)} headroom, below {margin}"
+    why = risk_note(fastest) if not fastest.tight else f"leaves {_pct(fastest.headroom)} headroom, below {margin}"
     return f"{pair(fastest)} is {shown} faster ({fastest.throughput:.1f} vs {best.throughput:.1f} {unit}) but {why}"
 
 

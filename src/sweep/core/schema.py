@@ -34,6 +34,11 @@ class Status(str, enum.Enum):
     FAILED = "failed"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
+    # The trial ran and printed a figure, but the figure did not measure the pair it is filed under (more
+    # ranks than devices, a run that never reached a steady state, a log figure the probe contradicts):
+    # core/validity.py. Not a measurement: never the answer, prunes nothing, and the confidence score
+    # counts the pair as untried.
+    REJECTED = "rejected"
     # Only the sweep table has these: a candidate not (yet) run. `skipped`: the search ended
     # without it (its OOM was implied, or it could not beat the leader).
     PENDING = "pending"
@@ -60,7 +65,8 @@ class OomPhase(str, enum.Enum):
 
 # Short names, kept for the modules that import them.
 OK, OOM, FAILED, TIMEOUT, CANCELLED = Status.OK, Status.OOM, Status.FAILED, Status.TIMEOUT, Status.CANCELLED
-FINISHED_STATUSES = (OK, OOM, FAILED, TIMEOUT, CANCELLED)
+REJECTED = Status.REJECTED
+FINISHED_STATUSES = (OK, OOM, FAILED, TIMEOUT, CANCELLED, REJECTED)
 PENDING, RUNNING, SKIPPED, INVALID = Status.PENDING, Status.RUNNING, Status.SKIPPED, Status.INVALID
 PREDICTED_OOM = Status.PREDICTED_OOM
 ALL_STATUSES = FINISHED_STATUSES + (RUNNING, PENDING, SKIPPED, PREDICTED_OOM, INVALID)
@@ -111,8 +117,19 @@ class TrialResult:
     # Each step's reserved peak in GiB, warm-up included, in order: CUDA's allocator reserved peak; on CPU
     # the address-space peak (VmPeak, what the emulated budget counts, never reset) or else the resident peak.
     step_peak_reserved_gib: list[float] = field(default_factory=list)
+    # Each step's CUDA allocator retries (how far num_alloc_retries rose in it: a cudaMalloc failed, the cache
+    # was flushed and the allocation retried), warm-up included, in order, the most over ranks. A retry in a
+    # timed step puts an ok pair at risk (core/growth.py). []: not measured (CPU, a log-parsed trial, older records).
+    step_alloc_retries: list[int] = field(default_factory=list)
     peak_step: int | None = None  # the step (0: the first, warm-up included) the peak was reached in
     ranks_seen: int | None = None  # processes (ranks) the probe recorded steps from
+    # Issue 43: the figure's provenance, which core/validity.py checks before the figure counts.
+    world_size: int | None = None  # the ranks' own world size as the probe read it (largest over ranks, every node)
+    probe_oom: str = ""  # an out-of-memory error the probe recorded (one line), even one the trainer caught
+    backward_per_step: float | None = None  # median backward passes per timed optimizer step (the probe's)
+    log_throughput: float | None = None  # the log's own figure, in throughput_unit, where the probe gave the figure
+    transient_steps: int = 0  # leading timed steps left out as still warming up (core/steady.py), after warmup_steps
+    probe_signal: str = ""  # what timed the probe's steps: "optimizer steps" or "backward passes" (no torch.optim step)
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -168,7 +185,7 @@ def _field_kinds() -> dict[str, tuple[str, bool]]:
     kinds = {}
     for f in dataclasses.fields(TrialResult):
         parts = [p.strip() for p in str(f.type).split("|")]
-        if parts[0] in _KIND_OF_ANNOTATION:  # the lists (step_times_s, step_peak_reserved_gib) are checked on their own
+        if parts[0] in _KIND_OF_ANNOTATION:  # the lists (step_times_s, step_peak_reserved_gib, ...) are checked on their own
             kinds[f.name] = (_KIND_OF_ANNOTATION[parts[0]], "None" in parts)
     return kinds
 
@@ -199,6 +216,9 @@ def _wrong_types(data: dict[str, Any]) -> str:
         values = data.get(name, [])
         if not isinstance(values, list) or not all(_is_kind(v, _NUM) for v in values):
             return f"{name}={values!r} is not a list of numbers"
+    retries = data.get("step_alloc_retries", [])
+    if not isinstance(retries, list) or not all(_is_kind(v, _INT) and v >= 0 for v in retries):
+        return f"step_alloc_retries={retries!r} is not a list of counts"
     return ""
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sweep.core.growth import GROWTH_PREFIX
+from sweep.core.growth import GROWTH_PREFIX, RETRIES_PREFIX, RISK_PREFIXES
 from sweep.core.memory_model import counted_peak_of
 from sweep.core.schema import Status
 
@@ -26,7 +26,8 @@ DEFAULT_UNIT = "samples/s"
 TIGHT_MARK = "tight"
 EARLY_MARK = "early"
 _LEGEND = {
-    TIGHT_MARK: "tight = ran ok with headroom below trial.memory_margin, or its reserved peak still growing at its end: may OOM in real training",
+    TIGHT_MARK: "tight = ran ok with headroom below trial.memory_margin, its reserved peak still growing at its end, "
+    "or the CUDA allocator retrying in timed steps: may OOM in real training",
     # Short enough to take three lines of a 60-column live view (the live view keeps its rows above it).
     EARLY_MARK: "early = stopped before its last step: more steps could not change the answer (it could not beat the leader, "
     "was ahead of every measured pair, or tied with its rivals or inside one's interval), or provisionally as the first pair",
@@ -77,8 +78,8 @@ class Row:
     @property
     def note(self) -> str:
         """Why it did not run ok, one line; a predicted OOM names its predicted peak and the capacity."""
-        if self.status == Status.OK and self.tight and self.reason.startswith(GROWTH_PREFIX):
-            return self.reason  # the figure that shows why it is tight
+        if self.status == Status.OK and self.tight and self.reason.startswith(RISK_PREFIXES):
+            return self.reason  # the figure that shows why it is tight (growth or retries)
         if self.status in _NOT_NOTED:
             return ""
         first = self.reason.splitlines()[0] if self.reason else ""
@@ -100,7 +101,7 @@ class Column:
 class SweepTable:
     columns: tuple[Column, ...]
     rows: tuple[Row, ...]
-    notes: tuple[str, ...]  # one line per shown row that did not run ok (or ran ok, still growing), with its reason
+    notes: tuple[str, ...]  # one line per shown row that did not run ok (or ran ok, growing or retrying), with its reason
     legend: tuple[str, ...]  # what the marks mean; the unit footnote of a mixed-unit sweep
     counts: tuple[str, ...]  # rows not shown (skipped, invalid), counted
 
@@ -110,10 +111,12 @@ class SweepTable:
 
     @property
     def notes_title(self) -> str:
-        """The heading over the notes. An ok row has one only when its reserved peak was still growing."""
-        if any(r.status == Status.OK and r.note for r in self.rows):
-            return "Not run ok, or ok but still growing:"
-        return "Not run ok:"
+        """The heading over the notes. An ok row has one only when its reserved peak was still growing or its
+        allocator retried in timed steps; the heading names which, so it never contradicts an ok row under it."""
+        ok_notes = [r.note for r in self.rows if r.status == Status.OK and r.note]
+        why = [w for prefix, w in ((GROWTH_PREFIX, "still growing"), (RETRIES_PREFIX, "retrying allocations"))
+               if any(n.startswith(prefix) for n in ok_notes)]
+        return f"Not run ok, or ok but {' or '.join(why)}:" if why else "Not run ok:"
 
     @property
     def headers(self) -> list[str]:

@@ -223,6 +223,8 @@ def remember_job(trial_dir: Path, job: Any, cluster: str) -> None:
         # A re-attached multi-task job is done only when every task is.
         "num_tasks": int(getattr(job, "num_tasks", 1) or 1),
         "submitted_at": now_iso(),
+        # A trial in a warm worker: which worker and trial, and where its lines start in the worker's log (launch/ended.py).
+        **({"warm": job.warm} if isinstance(getattr(job, "warm", None), dict) else {}),
     }
     if cluster == "local" and str(job.job_id).isdigit():
         # Who the pid is: a later process that gets the same pid is not this trial's controller.

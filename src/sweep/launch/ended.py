@@ -7,6 +7,7 @@ writes ended.json (a file of its own, so that each file has one writer).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,9 @@ import submitit
 
 from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, now_iso
 from sweep.core.spec import TrialSpec
-from sweep.launch.backend import FINAL_STATE_WAIT_S, job_log, job_stderr, slurm_unfinished
+from sweep.launch.backend import FINAL_STATE_WAIT_S, JOB_FILE, job_log, job_stderr, slurm_unfinished
+from sweep.launch.warm_pool import trial_end
+from sweep.parsers.classify import one_line
 from sweep.parsers.tail import read_tail
 from sweep.records import read_result, write_ended
 
@@ -35,7 +38,7 @@ def ended_job_result(job: Any, spec: TrialSpec, trial_dir: Path, *, timed_out: b
                 return res
         except ResultError as e:
             broken = str(e)
-    status, phase, reason = _classify_ended(job, log, timed_out=timed_out, cancelled=cancelled, spec=spec)
+    status, phase, reason = _classify_ended(job, log, timed_out=timed_out, cancelled=cancelled, spec=spec, warm=_warm(job, trial_dir))
     if broken:
         reason = f"{broken}; {reason}"
     if leftovers and not (timed_out or cancelled):
@@ -94,7 +97,30 @@ def _final_state(job: Any) -> str:
         time.sleep(0.5)
 
 
-def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spec: TrialSpec) -> tuple[Status, str | None, str]:
+def _warm(job: Any, trial_dir: Path) -> dict[str, Any]:
+    """For a trial handed to a warm worker: the worker's dir, the trial's number there and where its lines start in the
+    worker's logs. The WarmTrial's own, or job.json's when it names this job (a sweep that re-attached to the worker)."""
+    warm = getattr(job, "warm", None)
+    if isinstance(warm, dict):
+        return warm
+    try:
+        record = json.loads((Path(trial_dir) / JOB_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    warm = record.get("warm") if isinstance(record, dict) and str(record.get("job_id")) == str(job.job_id) else None
+    return warm if isinstance(warm, dict) else {}
+
+
+def _last_line(tail: str) -> str:
+    """The trial's last line: not its worker's about it (the account says what they say), nor submitit's as the worker exits."""
+    lines = [line for line in tail.splitlines() if line.strip() and not line.startswith(("sweep worker ", "submitit "))]
+    return f"its last line: {one_line(lines[-1], 200)}" if lines else "it printed nothing"
+
+
+def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spec: TrialSpec, warm: dict[str, Any]) -> tuple[Status, str | None, str]:
+    offset = int(warm.get("stdout_from", 0))
+    if offset:  # the lines before it are the warm worker's earlier trials'
+        log = f"{log} from byte {offset}"
     if timed_out:
         return Status.TIMEOUT, None, f"stopped after trial.time_limit_s={spec.trial.time_limit_s}s; see {log}"
     if cancelled:
@@ -109,13 +135,18 @@ def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spe
         return Status.FAILED, None, f"the node failed (NODE_FAIL) and Slurm did not requeue the job; see {log}"
     from sweep.parsers import classify_failure
 
-    tail = read_tail(log)
+    # Only this trial's lines: from where it was handed to its warm worker, else (a job of its own) the whole job's.
+    tail = read_tail(job_log(job), start=offset)
     stderr = job_stderr(job)
     if stderr:
-        tail += "\n" + read_tail(stderr)
+        tail += "\n" + read_tail(stderr, start=int(warm.get("stderr_from", 0)))
     verdict = classify_failure(tail, exit_code=None)
     if state == "OUT_OF_MEMORY" and verdict.status != Status.OOM:
         return Status.OOM, verdict.oom_phase, f"Slurm killed the job for exceeding its memory (OUT_OF_MEMORY); see {log}"
+    end = trial_end(warm) if warm else ""
+    if end and verdict.status != Status.OOM:
+        # A kill is no evidence of memory (docs/reliability.md): only an OOM in the trial's own lines makes it an OOM.
+        return Status.FAILED, None, f"{end}, with no sign of running out of memory in its own lines ({_last_line(tail)}); see {log}"
     if verdict.status in (Status.OOM, Status.FAILED):
         return verdict.status, verdict.oom_phase, f"{verdict.reason}; see {log}"
     return Status.FAILED, None, f"the job ended ({state or 'unknown state'}) without writing a result; see {log}"

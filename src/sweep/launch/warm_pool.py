@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from sweep.launch import backend as backends
-from sweep.launch.worker import POLL_S, READY, RETIRE_FILE, RUNNING, STATE_FILE, TASK_FILE, serve_worker
+from sweep.launch.worker import POLL_S, READY, RETIRE_FILE, RETIRING, RUNNING, STATE_FILE, TASK_FILE, serve_worker
 
 WORKERS_DIR = ".workers"  # under the sweep dir: one dir per worker, its handshake with the orchestrator
 # A worker's submitit time limit: its trials' own limits are the orchestrator's (trial.time_limit_s), and
@@ -37,6 +37,22 @@ WORKER_TIME_LIMIT_S = 7 * 24 * 3600.0
 RETIRE_WAIT_S = 30.0
 
 
+def _read_state(worker_dir: Path) -> dict[str, Any]:
+    """A worker's state.json (written by the worker alone); {} before it wrote one."""
+    try:
+        record = json.loads((Path(worker_dir) / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _size(path: Any) -> int:
+    try:
+        return os.path.getsize(path)
+    except (OSError, TypeError):
+        return 0
+
+
 class Worker:
     """One warm worker: its job, its dir, its device group and how many trials it was handed."""
 
@@ -45,12 +61,7 @@ class Worker:
         self.handed = 0
 
     def state(self) -> dict[str, Any]:
-        """Its state.json (written by the worker alone); {} before it wrote one."""
-        try:
-            record = json.loads((self.dir / STATE_FILE).read_text())
-        except (OSError, ValueError):
-            return {}
-        return record if isinstance(record, dict) else {}
+        return _read_state(self.dir)
 
     def idle(self) -> bool:
         """Ready for another trial: it finished all it was handed and proved a clean state."""
@@ -79,6 +90,10 @@ class WarmTrial:
         self.job_id = str(worker.job.job_id)
         self.paths = worker.job.paths
         self.num_tasks = 1
+        # The worker's log holds every earlier trial's lines, an OOM's traceback among them: a trial that ends without
+        # its record is classified from its own lines only, those after the byte where it was handed over (the worker
+        # is idle then, so all its earlier output is written). In job.json too (remember_job), for a re-attached sweep.
+        self.warm = {"worker_dir": str(worker.dir), "seq": seq, "stdout_from": _size(self.paths.stdout), "stderr_from": _size(self.paths.stderr)}
 
     def done(self, force_check: bool = False) -> bool:
         state = self.worker.state()
@@ -96,6 +111,27 @@ class WarmTrial:
 
     def cancel(self, check: bool = True) -> None:
         self.worker.job.cancel(check=False)
+
+
+def trial_end(warm: dict[str, Any]) -> str:
+    """How the trial a worker was handed (WarmTrial.warm, or job.json's "warm") ended without its record, by the worker's
+    state; "" where the state says nothing of it. Asked once the trial's job has ended."""
+    state = _read_state(Path(str(warm.get("worker_dir", ""))))
+    seq, handed = int(state.get("seq", -1)), int(warm.get("seq", 0))
+    worker = f"its warm worker (pid {state['pid']})" if state.get("pid") else "its warm worker"
+    if seq < handed:
+        return f"{worker} ended before it took the trial"
+    if seq > handed:
+        return ""
+    if state.get("state") == RUNNING and state.get("raised"):
+        return f"{worker} ended on {state['raised']} while running it"
+    if state.get("state") == RUNNING:
+        # The worker records any exception that ends it (worker.serve_worker, "raised"): without one, no handler of
+        # its ran, so a signal ended it (SIGKILL, the kernel's OOM killer, a signal whose default is to terminate).
+        return f"{worker} was killed while running it"
+    if state.get("state") == RETIRING and state.get("why"):
+        return f"{worker}: {state['why']}"  # e.g. "its trial process was killed by SIGKILL"
+    return ""
 
 
 class WarmPool:

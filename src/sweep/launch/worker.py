@@ -22,7 +22,8 @@ keep their own processes: their memory is the user's program's.
 The worker's directory is its handshake with the orchestrator, one writer per file:
   task.pkl    the orchestrator's: {"seq": n, "spec": TrialSpec}, the n-th trial handed to it
   retire      the orchestrator's: exit when idle
-  state.json  the worker's: {"state": ready|running|retiring|retired, "seq": the last trial taken, ...}
+  state.json  the worker's: {"state": ready|running|retiring|retired, "seq": the last trial taken, ...}; "raised"
+              when an exception ends it mid-trial, so a worker that ended "running" without one was killed
 Each trial still writes its own result.json, as in a fresh process.
 """
 
@@ -158,7 +159,9 @@ def _run_forked(spec: Any, extra_startup_s: float) -> str | None:
         _end_child(pid)
         raise
     if os.WIFSIGNALED(status):
-        return f"its trial process was killed by signal {os.WTERMSIG(status)}"
+        number = os.WTERMSIG(status)
+        name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+        return f"its trial process was killed by {name}"
     code = os.WEXITSTATUS(status)
     return f"its trial process exited with status {code}" if code else None
 
@@ -243,11 +246,17 @@ def serve_worker(worker_dir: str, device: str, owner_pid: int, owner_started: fl
         _write_state(where, RUNNING, seq, trials=trials, trial_dir=spec.trial_dir)
         print(f"sweep worker {os.getpid()}: trial {trials + 1}, accum={spec.accum} split={spec.split}", flush=True)
         _backstop(float(spec.trial.time_limit_s))
-        if device == "cuda":
-            why = _run_here(spec)
-        else:
-            # The worker's own start-up (interpreter, imports) belongs to its first trial, as in a fresh process.
-            why = _run_forked(spec, extra_startup_s=(process_age_s() or 0.0) if trials == 0 else 0.0)
+        try:
+            if device == "cuda":
+                why = _run_here(spec)
+            else:
+                # The worker's own start-up (interpreter, imports) belongs to its first trial, as in a fresh process.
+                why = _run_forked(spec, extra_startup_s=(process_age_s() or 0.0) if trials == 0 else 0.0)
+        except BaseException as exc:
+            # Said before it ends this worker (still "running": the orchestrator waits for its job to end, as before), so
+            # one that ended without "raised" was killed by a signal, no handler of its having run (warm_pool.trial_end).
+            _write_state(where, RUNNING, seq, trials=trials, trial_dir=spec.trial_dir, raised=f"{type(exc).__name__}: {exc}".removesuffix(": "))
+            raise
         _backstop(None)
         done, trials = seq, trials + 1
         if why is None:

@@ -177,6 +177,23 @@ def landed_line(res: TrialResult) -> str:
     return f"{head}{phase}: {res.error}{log}"
 
 
+def summary_lines(results: dict[str, TrialResult], rec: Mapping[str, Any] | None, drift: Any, scaling: bool, answer: bool = True) -> list[str]:
+    """The lines under the final table: the trials' statuses, the recommendation and its flags (not answer: none, as a
+    screening sweep's rows only nominate pairs), the drift check's verdict, and for search=powers the scaling check."""
+    from sweep.core.ranking import recommendation_line
+
+    counts: dict[str, int] = {}
+    for r in results.values():
+        counts[r.status] = counts.get(r.status, 0) + 1
+    lines = ["trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
+    if answer:
+        lines.append(recommendation_line(rec))
+        lines += [f"flags: {rec['flags']}"] if rec is not None else []
+    if drift is not None:
+        lines.append(drift.line())
+    return lines + (scaling_lines(results) if scaling else [])
+
+
 def scaling_lines(results: dict[str, TrialResult]) -> list[str]:
     """The tuning playbook's check: doubling the batch should nearly double throughput."""
     from sweep.core.scaling import SCALING_FLAG_RATIO, scaling_report

@@ -12,7 +12,15 @@ from sweep import startup
 from sweep.orchestration.orchestrator import Orchestrator
 from sweep.orchestration.plan import make_plan
 from sweep.orchestration.preflight import check_runnable_here, dry_run_text
-from sweep.orchestration.sweep_dir import claim_fresh_dir, dir_given, first_free, removed_if_refused, set_sweep_dir, sweep_dir_of
+from sweep.orchestration.sweep_dir import (
+    claim_fresh_dir,
+    dir_given,
+    first_free,
+    removed_if_refused,
+    set_sweep_dir,
+    sweep_dir_of,
+    sweep_lock,
+)
 
 # Hydra's entry point discards the Sweeper's return value; `python -m sweep` exits with this.
 exit_code = 0
@@ -41,13 +49,16 @@ def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25
             if claimed != sweep_dir:
                 set_sweep_dir(cfg, claimed)
                 plan = make_plan(cfg, arguments, claimed)
-        strategy = None
-        if plan.screen:  # one-rank screening first; the full trials then confirm its leaders
-            from sweep.orchestration.screening import run_screening
+        # The dir's lock for the whole sweep, taken before its first write: screening writes sweep.json and
+        # runs trials before the full sweep's orchestrator starts (it takes the lock again, re-entrant).
+        with sweep_lock(plan.sweep_dir):
+            strategy = None
+            if plan.screen:  # one-rank screening first; the full trials then confirm its leaders
+                from sweep.orchestration.screening import run_screening
 
-            strategy, code = run_screening(plan, lambda sub: Orchestrator(sub, poll_interval_s=poll_interval_s))
-            if strategy is None:
-                exit_code = code
-                return exit_code
-        exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s, strategy=strategy).run()
+                strategy, code = run_screening(plan, lambda sub: Orchestrator(sub, poll_interval_s=poll_interval_s))
+                if strategy is None:
+                    exit_code = code
+                    return exit_code
+            exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s, strategy=strategy).run()
     return exit_code

@@ -5,7 +5,7 @@ trials.csv and the shown table at once. State lives on disk (one result.json
 per finished trial, written by the trial, or an ended.json this process writes for a
 job that died without one; one job.json per submitted job), so killing this process at
 any moment loses nothing: rerunning the same sweep dir reuses what finished and
-re-attaches to what is still running.
+re-attaches to what is still running, the drift check's re-timings included (orchestration/retime.py).
 """
 
 from __future__ import annotations
@@ -28,21 +28,21 @@ from sweep.core.ranking import build_table, confidence_view, recommendation, rec
 from sweep.core.schema import Status, TrialResult, trial_dir
 from sweep.core.space import Candidate
 from sweep.core.spec import TrialSpec
+from sweep.core.validity import validated
 from sweep.errors import SweepError
 from sweep.launch import backend as backends
 from sweep.launch.ended import ended_job_result, forget_ended
-from sweep.orchestration.display import Display, landed_line, scaling_lines
+from sweep.orchestration.display import Display, landed_line, summary_lines
 from sweep.orchestration.plan import META_FILE, SweepPlan, sweep_record
 from sweep.orchestration.preflight import local_cuda_devices
 from sweep.orchestration.racing import Predictions, Racing, plan_stop_steps
 from sweep.orchestration.remeasure import run_in_full
 from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
-from sweep.orchestration.sweep_dir import remove_stale_temp_files
+from sweep.orchestration.sweep_dir import remove_stale_temp_files, sweep_lock
 from sweep.records import atomic_write_text, collect_results, point_latest
 
 TABLE_FILE = "trials.csv"
 RECOMMENDATION_FILE = "recommendation.yaml"
-LOCK_FILE = ".sweep.lock"
 # OSError numbers that mean "this sweep dir cannot be written": a clear error, not a traceback.
 _CANNOT_WRITE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
@@ -81,7 +81,9 @@ class Orchestrator:
         self.in_flight: dict[str, InFlight] = {}
         self.last_rec: tuple[Any, ...] | None = None
         self.drift: Any = None  # core/drift.Drift once the end-of-sweep re-timing has run
-        self.reused = 0  # finished trials found on start: all of them, and nothing new ran, on a rescoring resume
+        self.retimings: dict[str, Any] = {}  # the drift check's running re-timing jobs, by pair (orchestration/retime.py)
+        self.drift_left: list[TrialResult] | None = None  # the pairs the drift check under way has still to re-time
+        self.reused = 0  # finished trials found on start
         self.executor: Any = None
         self.pool: Any = None  # launch/warm_pool.WarmPool where plan.warm_workers and the launcher is local
         self.cluster = backends.cluster_of(plan.launcher)
@@ -96,38 +98,32 @@ class Orchestrator:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> int:
-        from filelock import FileLock, Timeout
+        from sweep.orchestration.retime import end_retimings
 
         sweep_dir = self.plan.sweep_dir
-        try:
-            sweep_dir.mkdir(parents=True, exist_ok=True)
-            lock = FileLock(str(sweep_dir / LOCK_FILE))
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise SweepError(f"another sweep is running in {sweep_dir} (lock {LOCK_FILE} held): wait for it, or choose another hydra.sweep.dir") from None
-        except OSError as e:
-            raise SweepError(f"cannot write the sweep dir {sweep_dir}: {e.strerror}; choose a writable hydra.sweep.dir") from None
-        try:
-            return self._run_locked()
-        except OSError as e:
-            # A full disk or a sweep dir that turned read-only: every write is atomic, so what is
-            # there is intact; stop the trials (they cannot write either) and say how to go on.
-            if e.errno not in _CANNOT_WRITE:
-                raise
-            for f in self.in_flight.values():
-                try:
-                    backends.cancel_job(f.job, self.cluster)
-                except Exception:  # noqa: BLE001 - best effort: the error below is the news
-                    pass
-            where = f" ({e.filename})" if e.filename else ""
-            raise SweepError(
-                f"cannot write the sweep dir {sweep_dir}: {e.strerror}{where}; finished results are kept and "
-                f"{len(self.in_flight)} running trial(s) were stopped: free space (or make it writable), then resume with: "
-                f"python -m sweep {shlex.quote(f'resume={sweep_dir}')}"
-            ) from None
-        finally:
-            self._retire_workers()
-            lock.release()
+        with sweep_lock(sweep_dir):  # held already where the sweep screens first (orchestration/entry.py)
+            try:
+                return self._run_locked()
+            except OSError as e:
+                # A full disk or a sweep dir that turned read-only: every write is atomic, so what is
+                # there is intact; stop the trials (they cannot write either) and say how to go on.
+                if e.errno not in _CANNOT_WRITE:
+                    raise
+                for f in self.in_flight.values():
+                    try:
+                        backends.cancel_job(f.job, self.cluster)
+                    except Exception:  # noqa: BLE001 - best effort: the error below is the news
+                        pass
+                retiming = " and the drift check's re-timing" if self.retimings else ""
+                end_retimings(self)  # a re-timing that outlived this sweep would hold its device while the next one runs
+                where = f" ({e.filename})" if e.filename else ""
+                raise SweepError(
+                    f"cannot write the sweep dir {sweep_dir}: {e.strerror}{where}; finished results are kept and "
+                    f"{len(self.in_flight)} running trial(s){retiming} were stopped: free space (or make it writable), then resume with: "
+                    f"python -m sweep {shlex.quote(f'resume={sweep_dir}')}"
+                ) from None
+            finally:
+                self._retire_workers()
 
     def _run_locked(self) -> int:
         with self.stop:
@@ -138,6 +134,10 @@ class Orchestrator:
                     self._loop()
                     # Before the drift check: its re-timings are fresh processes on the same devices.
                     self._retire_workers(wait=True)
+                if self.plan.drift_check:  # a stop in it is an interrupt too: the resume finishes it (orchestration/retime.py)
+                    from sweep.orchestration.retime import check_drift
+
+                    self.drift = check_drift(self, run_to_run_noise(self.plan.machine))
             except Interrupted:
                 return self._interrupted()
             except BrokenPipeError:
@@ -160,6 +160,9 @@ class Orchestrator:
         if self.cluster == "local" and plan.machine.device == "cuda":
             self.free_gpus = backends.gpu_groups(local_cuda_devices(), plan.meta.num_devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
         self._reattach()
+        from sweep.orchestration.retime import reattach_retimings
+
+        reattach_retimings(self)  # a drift check an earlier run was killed in: its job is this sweep's too
         self._write_meta("running")
         if not point_latest(plan.sweep_dir) and not (plan.sweep_dir.parent / "latest").is_symlink():
             self.display.log(f"{plan.sweep_dir.parent / 'latest'} is not sweep's link to the latest sweep: left as it is")
@@ -206,7 +209,10 @@ class Orchestrator:
     def submit(self, cand: Candidate) -> None:
         """Start a trial of `cand` (in a warm worker where one serves it, else as a job of its own) and track it."""
         from sweep.launch.job import run_job
+        from sweep.orchestration.retime import end_retimings
 
+        if self.retimings:  # an earlier run's re-timing would share this trial's device; the check re-times after the trials
+            end_retimings(self, why="trials run again first, and the drift check re-times after them")
         tdir = trial_dir(self.plan.sweep_dir, cand.key)
         tdir.mkdir(parents=True, exist_ok=True)
         spec = self.plan.spec(cand, tdir)
@@ -247,7 +253,7 @@ class Orchestrator:
             del self.in_flight[key]
             if f.gpus is not None and self.free_gpus is not None:
                 self.free_gpus.append(f.gpus)
-            self.results[key] = res
+            self.results[key] = res = validated(res)  # a record from before these checks, or a job that skipped them
             landed += 1
             self.display.log(landed_line(res) + (f" (stopped early: {res.stopped_early})" if res.stopped_early else ""))
         return landed
@@ -257,7 +263,7 @@ class Orchestrator:
         for key, res in collect_results(self.plan.sweep_dir, errors=unreadable, fingerprint=self.plan.fingerprint).items():
             # A cancelled trial was interrupted, not measured: a resumed sweep runs it again.
             if key in self.by_key and res.status != Status.CANCELLED:
-                self.results[key] = res
+                self.results[key] = validated(res)
         for key, why in unreadable.items():
             if key in self.by_key and key not in self.results:
                 self.display.log(f"ignoring {why}: that trial is not finished")
@@ -331,7 +337,8 @@ class Orchestrator:
         """Rewrite trials.csv (and recommendation.yaml), update the display; the rows and recommendation."""
         rows = self._rows(done)
         atomic_write_text(self.plan.sweep_dir / TABLE_FILE, table_csv(rows))
-        rec = self._recommendation()
+        # A screening sweep's rows only nominate pairs for the full trials: no answer, shown or written, of its own.
+        rec = None if self.plan.nominates_only else self._recommendation()
         if rec is not None:
             atomic_write_text(self.plan.sweep_dir / RECOMMENDATION_FILE, yaml.safe_dump(rec, sort_keys=False))
             marker = (rec["accum"], rec["split"], rec["confidence"])
@@ -351,34 +358,26 @@ class Orchestrator:
         atomic_write_text(self.plan.sweep_dir / META_FILE, json.dumps(record, indent=2) + "\n")
 
     def _finish(self) -> int:
-        if self.plan.drift_check:
-            from sweep.orchestration.retime import check_drift
-
-            self.drift = check_drift(self, run_to_run_noise(self.plan.machine))
         rows, rec = self._publish(done=True)
         self._write_meta("done")
-        counts = {}
-        for r in self.results.values():
-            counts[r.status] = counts.get(r.status, 0) + 1
-        summary = [
-            "trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
-            recommendation_line(rec),
-        ]
-        if rec is not None:
-            summary.append(f"flags: {rec['flags']}")
-        if self.drift is not None:
-            summary.append(self.drift.line())
-        if self.plan.search == "powers":
-            summary += scaling_lines(self.results)
-        summary.append(f"results: {self.plan.sweep_dir / TABLE_FILE}")
-        self.display.final(rows, summary)
-        return 0 if rec is not None else 1
+        plan = self.plan
+        # A screening sweep (nominates_only) says no answer of its own: the sweep's comes after its confirmations.
+        lines = summary_lines(self.results, rec, self.drift, plan.search == "powers", answer=not plan.nominates_only)
+        self.display.final(rows, [*lines, f"results: {plan.sweep_dir / TABLE_FILE}"])
+        ran_ok = any(r.status == Status.OK for r in self.results.values())
+        return 0 if rec is not None or (plan.nominates_only and ran_ok) else 1
 
     def _interrupted(self) -> int:
-        if self.plan.keep_jobs_on_interrupt:
-            left = ", ".join(str(f.job.job_id) for f in self.in_flight.values())
+        from sweep.orchestration.retime import cut_short, end_retimings
+
+        keep = self.plan.keep_jobs_on_interrupt
+        if self.drift_left is not None:  # stopped in the drift check: every trial had finished
+            note = cut_short(self, keep)
+        elif keep:
+            left = ", ".join(str(j.job_id) for j in [*(f.job for f in self.in_flight.values()), *self.retimings.values()])
             note = f"left running: job(s) {left}" if left else "no trial was running"
         else:
+            end_retimings(self)  # an earlier run's, re-attached and not yet waited for
             note = self._cancel_in_flight()
         self._publish_quietly()
         self._write_meta("interrupted")

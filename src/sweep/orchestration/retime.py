@@ -4,22 +4,28 @@ A re-timing is a trial like any other (one job, its own result.json, the trial's
 `retime/<pair>/` beside `trials/`: it never replaces the pair's first figure, and sweep.load() never
 reads it as one. How far the pairs moved, against machine.run_to_run_noise, is core/drift.py's call;
 the recommendation records both figures of each pair in its `drift` block.
+
+The check is part of the sweep's lifecycle: its jobs are the sweep's (held in orch.retimings, ended on every
+way out, re-attached by a resume), a stop in it is an interrupt (exit 130, cut_short says what was cut), and
+a resume after any of those finishes the check it owes.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sweep.core.confidence import leader_probability
 from sweep.core.drift import Drift, Retimed, drift
 from sweep.core.growth import at_risk
 from sweep.core.ranking import ranked_ok
 from sweep.core.run_to_run import Repeat
-from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult
+from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, trial_dir
 from sweep.launch import backend as backends
+from sweep.orchestration.stopping import Interrupted
 from sweep.records import check_record_place, read_trial_record
 
 if TYPE_CHECKING:
@@ -52,76 +58,148 @@ def pairs_to_retime(results: dict[str, TrialResult]) -> list[TrialResult]:
 def check_drift(orch: Orchestrator, assumed: float) -> Drift | None:
     """Re-time the pairs one after another (they would share the device otherwise) and measure the drift.
 
-    None when no pair can be re-timed or no re-timing ran ok. A stop signal (Ctrl-C) cancels the re-timing
-    under way and ends the check with what it has: the sweep's own results are complete already.
+    None when no pair can be re-timed or no re-timing ran ok. A re-timing that ended after every trial (an
+    earlier run's, on a resume) stands; one an earlier run left running (re-attached at start) is waited for;
+    the rest are re-timed now: a resume after a kill, a Ctrl-C or a full disk in the check finishes it, and a
+    resume of a finished sweep launches nothing. A stop signal (Ctrl-C) raises Interrupted, its re-timing under
+    way still held in orch.retimings for the orchestrator to end and name (cut_short).
     """
     chosen = pairs_to_retime(orch.results)
-    if not chosen:
-        return None
-    if orch.reused == len(orch.results):
-        # Nothing ran in this process (a resume that rescores a finished sweep): read the re-timings already
-        # made, launch nothing.
-        return drift([r for r in (_earlier(orch, first) for first in chosen) if r is not None], assumed)
-    names = " and ".join(f"accum={r.accum} split={r.split}" for r in chosen)
-    orch.display.log(f"drift check: re-timing {names} ({orch.plan.trial.measure_steps} timed steps each; search.drift_check=false skips it)")
+    newest = _newest_record(orch.plan.sweep_dir, orch.results)
+    # A re-attached re-timing is waited for even where its record is in already: its job is this sweep's to see end.
+    kept = {first.key: None if first.key in orch.retimings else _earlier(orch, first, newest) for first in chosen}
+    owed = [first for first in chosen if kept[first.key] is None]
+    # A re-attached re-timing of a pair no longer the leader or runner-up measures nothing this check needs.
+    end_retimings(orch, keep={first.key for first in owed}, why="the drift check no longer re-times that pair")
+    if owed:
+        names = " and ".join(f"accum={r.accum} split={r.split}" + (f" (re-attached job {orch.retimings[r.key].job_id})"
+                             if r.key in orch.retimings else "") for r in owed)
+        orch.display.log(f"drift check: re-timing {names} ({orch.plan.trial.measure_steps} timed steps each; search.drift_check=false skips it)")
     retimed = []
+    orch.drift_left = list(owed)  # what a stop now cuts short (cut_short)
     for first in chosen:
-        if orch.stop.signal is not None:
-            break
-        again = _retime(orch, first)
-        if again is None or again.status != Status.OK or not again.throughput:
-            why = again.error if again is not None and again.error else "no result"
-            orch.display.log(f"drift check: re-timing accum={first.accum} split={first.split} did not run ok ({str(why).splitlines()[0]})")
-            continue
-        retimed.append(Retimed(first.accum, first.split, _repeat(first), _repeat(again)))
+        again = kept[first.key] or _retime(orch, first, orch.retimings.get(first.key))
+        if kept[first.key] is None:
+            orch.drift_left.pop(0)
+            if again.status != Status.OK or not again.throughput:
+                why = str(again.error or "no result").splitlines()[0]
+                orch.display.log(f"drift check: re-timing accum={first.accum} split={first.split} did not run ok ({why})")
+        if again.status == Status.OK and again.throughput:
+            retimed.append(Retimed(first.accum, first.split, _repeat(first), _repeat(again)))
+    orch.drift_left = None
     return drift(retimed, assumed)
 
 
-def _earlier(orch: Orchestrator, first: TrialResult) -> Retimed | None:
-    """The pair's re-timing from an earlier run of this sweep, if it ran ok under the same settings."""
+def _newest_record(sweep_dir: Path, results: dict[str, TrialResult]) -> float:
+    """When the sweep's last trial record was written (its mtime: the file system's one clock, in ns)."""
+    newest = 0.0
+    for key in results:
+        for name in (RESULT_FILE, ENDED_FILE):
+            try:
+                newest = max(newest, (trial_dir(sweep_dir, key) / name).stat().st_mtime)
+            except OSError:
+                continue
+    return newest
+
+
+def _earlier(orch: Orchestrator, first: TrialResult, after: float) -> TrialResult | None:
+    """The pair's re-timing from an earlier run of this sweep where it ended (cancelled: cut short) after every trial
+    record, under the same settings; None where the check owes it."""
     tdir = retime_dir(orch.plan.sweep_dir, first.key)
     try:
         again = read_trial_record(tdir)
-        if again is None or again.status != Status.OK or not again.throughput:
+        if again is None or again.status == Status.CANCELLED:
             return None
         check_record_place(again, tdir, orch.plan.fingerprint)
-    except (ResultError, OSError):
+        written = max((tdir / name).stat().st_mtime for name in (RESULT_FILE, ENDED_FILE) if (tdir / name).exists())
+    except (ResultError, OSError, ValueError):
         return None
-    return Retimed(first.accum, first.split, _repeat(first), _repeat(again))
+    return again if written > after else None
 
 
 def _repeat(r: TrialResult) -> Repeat:
     return Repeat(float(r.throughput or 0.0), r.throughput_low, r.throughput_high)
 
 
-def _retime(orch: Orchestrator, first: TrialResult) -> TrialResult | None:
-    """One brief re-run of the pair through the sweep's executor; its record, or None if it did not end in time."""
+def _retime(orch: Orchestrator, first: TrialResult, job: Any = None) -> TrialResult:
+    """One brief re-run of the pair through the sweep's executor (or `job`, one an earlier run left running); its record.
+
+    The job is held in orch.retimings while it runs, so that every way out (a stop, a full disk) ends it."""
     from sweep.launch.ended import ended_job_result, forget_ended
     from sweep.launch.job import run_job
 
+    if orch.stop.signal is not None:  # stopped between two re-timings: start no other
+        raise Interrupted()
     plan = orch.plan
     cand = orch.by_key[first.key]
     tdir = retime_dir(plan.sweep_dir, first.key)
-    tdir.mkdir(parents=True, exist_ok=True)
-    # A re-timing is of now: an earlier run's record (a resumed sweep) is not this one's.
-    for name in (RESULT_FILE, ENDED_FILE):
-        (tdir / name).unlink(missing_ok=True)
-    forget_ended(tdir)
     brief = replace(plan.trial, max_measure_steps=plan.trial.measure_steps)
     spec = replace(plan.spec(cand, tdir), trial=brief)
-    gpus = orch.free_gpus[0] if orch.free_gpus else None
-    if gpus is not None:
-        orch.executor.update_parameters(visible_gpus=gpus, gpus_per_node=len(gpus))
-    job = orch.executor.submit(run_job, spec)
-    backends.remember_job(tdir, job, orch.cluster)
+    if job is None:
+        tdir.mkdir(parents=True, exist_ok=True)
+        # A re-timing is of now: an earlier run's record (a resumed sweep) is not this one's.
+        (tdir / RESULT_FILE).unlink(missing_ok=True)
+        forget_ended(tdir)
+        gpus = orch.free_gpus[0] if orch.free_gpus else None
+        if gpus is not None:
+            orch.executor.update_parameters(visible_gpus=gpus, gpus_per_node=len(gpus))
+        job = orch.executor.submit(run_job, spec)
+        orch.retimings[first.key] = job  # before job.json: a stop or an error from here on ends it
+        backends.remember_job(tdir, job, orch.cluster)
     started = time.monotonic()
     timed_out = False
     while not job.done():
         if orch.stop.signal is not None:
-            backends.cancel_job(job, orch.cluster)
-            return None
+            raise Interrupted()
         if not timed_out and orch.cluster == "local" and time.monotonic() - started > plan.time_limit_s:
             timed_out = True
             backends.cancel_job(job, orch.cluster)
         time.sleep(orch.poll_interval_s)
+    del orch.retimings[first.key]
     return ended_job_result(job, spec, tdir, timed_out=timed_out, cancelled=False, wall_s=time.monotonic() - started)
+
+
+def reattach_retimings(orch: Orchestrator) -> None:
+    """The re-timing jobs an earlier run of this sweep left running (killed in its drift check): held in orch.retimings,
+    where the drift check waits for them, a new trial's start ends them (they would share its device), and so does a stop."""
+    folder = str(orch.plan.launcher["submitit_folder"])
+    for key in sorted(orch.by_key):
+        tdir = retime_dir(orch.plan.sweep_dir, key)
+        job = backends.reattach(tdir, folder) if (tdir / backends.JOB_FILE).exists() else None
+        if job is not None:
+            orch.retimings[key] = job
+            cand = orch.by_key[key]
+            orch.display.log(f"re-attached to running re-timing job {job.job_id} for accum={cand.accum} split={cand.split} (an earlier run's drift check)")
+
+
+def end_retimings(orch: Orchestrator, keep: Collection[str] = (), why: str = "") -> bool:
+    """Stop the held re-timing jobs (but `keep`'s) and wait for them to end, up to 10 s or a second Ctrl-C; whether all did.
+    why: the log line's reason, for re-timings an earlier run left (none: a stop, which the stop line reports)."""
+    ending = {key: job for key, job in orch.retimings.items() if key not in keep}
+    for key, job in ending.items():
+        backends.cancel_job(job, orch.cluster)
+        if why:
+            cand = orch.by_key[key]
+            orch.display.log(f"ending re-timing job {job.job_id} of accum={cand.accum} split={cand.split}: {why}")
+    deadline = time.monotonic() + 10
+    while any(not job.done() for job in ending.values()) and time.monotonic() < deadline and not orch.stop.hurry:
+        time.sleep(0.1)
+    for key in ending:
+        del orch.retimings[key]
+    return all(job.done() for job in ending.values())
+
+
+def cut_short(orch: Orchestrator, left_running: bool) -> str:
+    """What the stop line says when a stop came during the drift check: every trial had finished, the re-timing that
+    was stopped (or left running), those not reached. The resume finishes the check (check_drift)."""
+    current = orch.drift_left[0] if orch.drift_left else None
+    job = orch.retimings.get(current.key) if current is not None else None
+    ended = left_running or end_retimings(orch)
+    said = []
+    if job is not None:
+        what = f"left running: job {job.job_id}" if left_running else ("stopped" if ended else "told to stop")
+        said.append(f"re-timing of accum={current.accum} split={current.split} {what}")
+    rest = orch.drift_left[1:] if job is not None else orch.drift_left
+    if rest:
+        said.append(" and ".join(f"accum={r.accum} split={r.split}" for r in rest) + " not re-timed yet")
+    return f"the drift check was cut short after every trial finished ({', '.join(said) or 'its last re-timing had ended'})"

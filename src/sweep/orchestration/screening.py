@@ -95,7 +95,8 @@ def cancel_outranked(orchestrator: Any) -> None:
 
 def _record_the_sweep(plan: SweepPlan) -> None:
     """The sweep's own sweep.json before its screening phase runs, so that `resume=<sweep dir>` has the
-    command to replay if it is stopped then (the sweep's orchestrator rewrites it when it starts)."""
+    command to replay if it is stopped then (the sweep's orchestrator rewrites it when it starts). Written under
+    the sweep dir's lock (orchestration/entry.py): a second sweep into the dir is refused before it writes."""
     import json
     import sys
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from sweep.errors import SweepError
 
+LOCK_FILE = ".sweep.lock"
 # What only a sweep dir holds; a dir with none of them (and anything else in it) is someone else's.
-SWEEP_MARKERS = ("sweep.json", "trials", ".sweep.lock")
+SWEEP_MARKERS = ("sweep.json", "trials", LOCK_FILE)
 
 
 def sweep_dir_of(cfg: Any) -> Path:
@@ -103,12 +104,46 @@ def removed_if_refused(sweep_dir: Path) -> Iterator[list[Path]]:
 
 def _remove_if_unused(path: Path) -> None:
     try:
-        lock = path / ".sweep.lock"
+        lock = path / LOCK_FILE
         if lock.is_file() and [e.name for e in path.iterdir()] == [lock.name]:
             lock.unlink()
         path.rmdir()  # only if empty
     except OSError:
         pass
+
+
+_held: dict[Path, Any] = {}  # this process's sweep dir locks, by dir: taken again (re-entered) by what it runs
+
+
+@contextmanager
+def sweep_lock(sweep_dir: Path) -> Iterator[None]:
+    """Hold the sweep dir's lock while the body runs; another sweep into the dir is refused with one line.
+
+    The whole sweep holds it, from before its first write (screening's included: orchestration/entry.py) to
+    its end, and its orchestrators take it again. Re-entrant within this process: a second flock on a file
+    this process already locks, through another open file, would refuse this very sweep.
+    """
+    from filelock import FileLock, Timeout
+
+    key = Path(sweep_dir).absolute()
+    lock = _held.get(key)
+    if lock is None:
+        try:
+            key.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(key / LOCK_FILE))
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise SweepError(f"another sweep is running in {key} (lock {LOCK_FILE} held): wait for it, or choose another hydra.sweep.dir") from None
+        except OSError as e:
+            raise SweepError(f"cannot write the sweep dir {key}: {e.strerror}; choose a writable hydra.sweep.dir") from None
+        _held[key] = lock
+        try:
+            yield
+        finally:
+            del _held[key]
+            lock.release()
+    else:
+        yield
 
 
 def set_sweep_dir(cfg: Any, sweep_dir: Path) -> None:

@@ -122,15 +122,16 @@ def scan_file(path: str | os.PathLike[str], parser: Parser, chunk_size: int = DE
     return list(iter_file(path, parser, chunk_size))
 
 
-def read_tail(path: str | os.PathLike[str], max_bytes: int = 64 << 10) -> str:
+def read_tail(path: str | os.PathLike[str], max_bytes: int = 64 << 10, start: int = 0) -> str:
     """The last max_bytes of a log as text, from its first whole line; "" if it cannot be read.
 
-    Enough for a traceback and the lines before it, whatever the log's size.
+    Enough for a traceback and the lines before it, whatever the log's size. start: nothing before this
+    byte (a warm worker's log holds its earlier trials' lines before the offset where this trial's begin).
     """
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            start = max(0, size - max_bytes)
+            start = max(0, start, size - max_bytes)
             # One byte more, to see whether `start` falls at the beginning of a line.
             f.seek(max(0, start - 1))
             data = f.read(max_bytes + (start > 0))

@@ -72,16 +72,21 @@ def install(record_dir: str | Path) -> None:
     runtime().PROBE.arm(str(record_dir), keep_steps=True)
 
 
-def read_probe(record_dir: str | Path) -> ProbeReport:
-    """The summary of every process's records in record_dir (none there: an empty, unarmed report)."""
-    files = sorted(Path(record_dir).glob(RECORD_GLOB)) if Path(record_dir).is_dir() else []
+def read_probe(record_dir: str | Path, *more_dirs: str | Path) -> ProbeReport:
+    """The summary of every process's records in record_dir and more_dirs (a multi-node trial's other nodes
+    write beside node 0's dir: every node's ranks are read); none there: an empty, unarmed report."""
+    dirs = [Path(record_dir), *map(Path, more_dirs)]
     records, problems = {}, []
-    for path in files:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            problems.append(f"{path.name}: {exc.strerror or exc}")
-            continue
-        records[path.name], found = parse_records(text, path.name)
-        problems.extend(found)
+    for folder in dirs:
+        files = sorted(folder.glob(RECORD_GLOB)) if folder.is_dir() else []
+        for path in files:
+            # Named with its dir beyond the first: every node numbers its files by its own pids.
+            source = path.name if folder == dirs[0] else f"{folder.name}/{path.name}"
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                problems.append(f"{source}: {exc.strerror or exc}")
+                continue
+            records[source], found = parse_records(text, source)
+            problems.extend(found)
     return summarise(records, problems)

@@ -8,8 +8,13 @@ One file per process, `<record dir>/rank{R}-pid{P}.jsonl`, one JSON object per l
 line so a killed process leaves what it measured:
   start   pid, rank, local_rank, world_size, torch version, host
   step    one per optimizer step: index, end (epoch s), seconds, optimizers (count; skipped: those
-          AMP's GradScaler skipped), memory peaks since the previous step (allocator on CUDA,
-          /proc/self/status on CPU), the device
+          AMP's GradScaler skipped), backwards (backward passes in it), memory peaks since the previous
+          step (allocator on CUDA, /proc/self/status on CPU), the device
+  optimizer the first torch.optim optimizer of each class made in this process: class
+  backward one per outermost backward pass: index, at (this process's perf_counter when it returned).
+          Every PyTorch training step runs them, whoever's optimizer updates the parameters (fastai's
+          own, Keras 3's, a hand-written update), so they time trainers with no torch.optim step, and
+          count the micro-batches of those with one (core/validity.py checks the accumulation)
   oom     module (path of the running module, "optimizer:<class>" in an optimizer step), where
           (forward/backward/optimizer), inside (whether that module was running or had just
           finished), via (hooks/frames/autograd node: how the module was known), message, step
@@ -134,6 +139,8 @@ class Probe(ModuleAndOomHooks, MemorySampling):
         self.last_watched = None  # weakref: the tensor whose gradient was hooked last
         self.allocator_oom_pending = False
         self.seen_exceptions: list[int] = []
+        self.backwards = 0  # backward passes in the open step
+        self.backward_index = 0  # backward passes since arming
 
     def rank(self) -> int:
         dist = sys.modules.get("torch.distributed")
@@ -248,6 +255,23 @@ class Probe(ModuleAndOomHooks, MemorySampling):
 
         self.undo.append(register_optimizer_step_pre_hook(self._optimizer_pre_hook).remove)
         self.undo.append(register_optimizer_step_post_hook(self._optimizer_post_hook).remove)
+        # A torch.optim optimizer made in this process: its steps, not the backward passes, time the training
+        # (a trainer's warm-up or gradient check backpropagates before its first step).
+        optimizer_class = torch.optim.Optimizer
+        original = optimizer_class.__init__
+        probe = self
+
+        @functools.wraps(original)
+        def __init__(optimizer, *args, **kwargs):
+            original(optimizer, *args, **kwargs)
+            if probe.writer is not None and type(optimizer).__name__ not in probe.optimizer_classes:
+                probe.optimizer_classes.add(type(optimizer).__name__)
+                probe._write({"kind": "optimizer", "class": type(optimizer).__name__})
+
+        optimizer_class.__init__ = __init__
+        self.undo.append(lambda: setattr(optimizer_class, "__init__", original))
+
+    optimizer_classes: set = set()  # torch.optim classes made in this process (one record each)
 
     def _install_scaler_wrapper(self, torch) -> None:
         scaler_class = torch.amp.GradScaler
@@ -343,6 +367,16 @@ class Probe(ModuleAndOomHooks, MemorySampling):
         if self.expected is not None and self.expected <= set(self.group):
             self._close_step()
 
+    def backward_done(self) -> None:
+        """An outermost backward pass returned: count it in the open step and record when."""
+        if self.writer is None or self.compiling():
+            return
+        if self.optimizer_calls == 0:
+            self._sync()  # no optimizer step syncs for it: the backward passes are the clock (CUDA runs ahead)
+        self.backwards += 1
+        self._write({"kind": "backward", "index": self.backward_index, "at": time.perf_counter()})
+        self.backward_index += 1
+
     def _close_step(self) -> dict:
         torch = self.torch
         memory, self.memory = self.memory, {}
@@ -365,6 +399,8 @@ class Probe(ModuleAndOomHooks, MemorySampling):
             "end": self.group_end_wall or time.time(),
             "seconds": max(0.0, end - start),
             "optimizers": sum(self.group.values()),
+            "backwards": self.backwards,
+            "world_size": self.world_size(),  # here, not only at start: torch.distributed is up by now
             "skipped": self.group_skipped,
             "device": device,
             "allocated_peak": memory.get("allocated_peak"),
@@ -385,6 +421,7 @@ class Probe(ModuleAndOomHooks, MemorySampling):
                 self.problem("module hooks", exc)
         self.step_index += 1
         self.group, self.group_skipped, self.group_end, self.group_end_wall = {}, 0, None, 0.0
+        self.backwards = 0
         self.step_start, self.explicit_start = end, False
         self.allocator_oom_pending = False
         return record

@@ -85,13 +85,16 @@ class ModuleAndOomHooks(OomRecords):
             if probe.backward_depth == 1:
                 probe.backward_module = None
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
             except BaseException as exc:
                 if is_oom(exc):
                     probe.record_oom(exc, "exception")
                 raise
             finally:
                 probe.backward_depth -= 1
+            if probe.backward_depth == 0:
+                probe.backward_done()
+            return result
 
         backward._sweep_probe_original = original  # type: ignore[attr-defined]
         torch.autograd.backward = backward  # Tensor.backward calls it through torch.autograd

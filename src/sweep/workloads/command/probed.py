@@ -3,8 +3,11 @@ own Python processes; the log preset is the fallback (probe off, or never armed:
 trainer) and the cross-check.
 
 The probe's steps are optimizer steps, the slowest rank's, so throughput is the global batch over a
-step's time (tokens/s where parser.tokens_per_sample says how many tokens a sample holds). The first
-trial.warmup_steps probe steps are not timed.
+step's time (tokens/s where parser.tokens_per_sample says how many tokens a sample holds). A trainer
+whose update is no torch.optim step (fastai's own optimizer, Keras 3 on torch, a hand-written update)
+is timed by its backward passes instead, `accum` of them a step (core/probe_report.backward_step_times).
+The first trial.warmup_steps probe steps are not timed, nor leading steps still warming up after them
+(core/steady.py).
 """
 
 from __future__ import annotations
@@ -20,8 +23,14 @@ PROBE_PREFIX = "probe"
 
 
 def probe_dir(trial_dir: Path, log_path: Path) -> Path:
-    """The attempt's own record dir, beside its log: command-3.log -> probe-3 (a rerun never reads old records)."""
+    """The attempt's own record dir, beside its log: command-3.log -> probe-3 (a rerun never reads old records);
+    node k of a multi-node job: command-job<J>-node<k>.log -> probe-job<J>-node<k>."""
     return trial_dir / log_path.stem.replace("command", PROBE_PREFIX, 1)
+
+
+def other_nodes_glob(job_id: str) -> str:
+    """The record dirs of job `job_id`'s nodes other than node 0 (probe_dir of their logs)."""
+    return f"{PROBE_PREFIX}-job{job_id}-node*" if job_id else ""
 
 
 @dataclass
@@ -33,6 +42,8 @@ class ProbeFollower:
     global_batch_size: int
     tokens_per_sample: float | None  # parser.tokens_per_sample: turns samples/s into tokens/s
     unit: str  # the sweep's throughput unit
+    accum: int = 1  # micro-batches a step: backward passes per step where no optimizer step is seen
+    other_nodes_glob: str = ""  # record dirs of this job's other nodes, beside record_dir (multi-node trials)
     report: Any = None
     _read_at: float = 0.0
 
@@ -42,7 +53,8 @@ class ProbeFollower:
         if force or time.monotonic() - self._read_at >= READ_EVERY_S:
             self._read_at = time.monotonic()
             try:
-                self.report = read_probe(self.record_dir)
+                others = sorted(self.record_dir.parent.glob(self.other_nodes_glob)) if self.other_nodes_glob else []
+                self.report = read_probe(self.record_dir, *others)
             except OSError:
                 pass  # a record dir that vanished or cannot be read: what was read before stands
         return self.report
@@ -52,12 +64,38 @@ class ProbeFollower:
         """Whether the probe's steps can give the sweep's unit (tokens/s needs parser.tokens_per_sample)."""
         return self.unit == "samples/s" or self.tokens_per_sample is not None
 
-    def timed(self) -> list[float]:
-        """Seconds per optimizer step after the warm-up, the slowest rank's; [] before any (or unarmed)."""
+    @property
+    def signal(self) -> str:
+        """What times a step: "optimizer steps", "backward passes" (no torch.optim step seen), or "" (nothing yet)."""
+        report = self.report
+        if report is None or not report.armed:
+            return ""
+        if report.step_times_s:
+            return "optimizer steps"
+        # Backward passes time a step only where no torch.optim optimizer exists: one that has not stepped yet
+        # (the trainer is still warming up, or checking gradients) will.
+        return "backward passes" if report.backward_ats and not report.torch_optimizers else ""
+
+    def after_warmup(self) -> list[float]:
+        """Seconds per step after trial.warmup_steps, the slowest rank's, by the signal there is; [] before any."""
+        from sweep.core.probe_report import backward_step_times
+
         report = self.report
         if report is None or not report.armed or not self.can_measure:
             return []
-        return [float(t) for t in report.step_times_s[self.warmup_steps :] if t > 0]
+        if self.signal == "optimizer steps":
+            times = report.step_times_s[self.warmup_steps :]
+        elif self.signal == "backward passes":  # backward_step_times leaves out the first step, whose start none shows
+            times = backward_step_times(report, self.accum)[max(0, self.warmup_steps - 1) :]
+        else:
+            times = []
+        return [float(t) for t in times if t > 0]
+
+    def timed(self) -> list[float]:
+        """The steps the figure rests on: after the warm-up, less leading steps still warming up (core/steady.py)."""
+        from sweep.core.steady import steady_steps
+
+        return steady_steps(self.after_warmup())
 
     def rate(self, seconds: float) -> float:
         samples = self.global_batch_size / seconds
@@ -68,11 +106,31 @@ class ProbeFollower:
         from sweep.core.stats import throughput_summary
 
         times = self.timed()
+        transient = len(self.after_warmup()) - len(times)
         factor = self.rate(1.0) / (self.global_batch_size / 1.0)
         value, low, high = throughput_summary(times, self.global_batch_size)
         return dict(
             step_times_s=times, throughput=value * factor, throughput_low=low * factor, throughput_high=high * factor,
-            throughput_unit=self.unit, steps_measured=len(times), warmup_steps=min(self.warmup_steps, len(self.report.step_times_s)),
+            throughput_unit=self.unit, steps_measured=len(times), transient_steps=transient,
+            warmup_steps=min(self.warmup_steps, len(self.report.step_times_s) or len(times) + transient) + transient,
+            probe_signal=self.signal,
+        )
+
+    def provenance_fields(self) -> dict[str, Any]:
+        """What core/validity.py checks a figure against: the ranks' world size, backward passes per step, any OOM."""
+        from sweep.core.probe_report import backward_per_step
+
+        report = self.report
+        if report is None or not report.armed:
+            return {}
+        oom = report.oom
+        return dict(
+            world_size=report.world_size,
+            backward_per_step=backward_per_step(report, self.warmup_steps),
+            probe_oom="" if oom is None else (
+                f"in {oom.module or 'no module'} during {oom.where}, step {oom.step}, rank {oom.rank}: {oom.message}"[:400]
+            ),
+            oom_module="" if oom is None else oom.module,
         )
 
     def memory_fields(self, device: str, capacity_gib: float | None) -> dict[str, Any]:
@@ -82,7 +140,8 @@ class ProbeFollower:
         report = self.report
         if report is None or not report.armed:
             return {}
-        fields: dict[str, Any] = {"ranks_seen": len(report.ranks) or None, "peak_step": report.peak_step}
+        trained = len(report.ranks) or len({rank for rank, _ in report.backward_ats.values()})
+        fields: dict[str, Any] = {"ranks_seen": trained or None, "peak_step": report.peak_step}
         if device == "cuda" and report.peak_bytes is not None:
             peak = report.peak_bytes / GIB
             fields.update(peak_mem_gib=peak, capacity_gib=capacity_gib, headroom=None if not capacity_gib else 1 - peak / capacity_gib)
@@ -91,6 +150,8 @@ class ProbeFollower:
             fields["step_peak_reserved_gib"] = [
                 round(s.peak_reserved_bytes / GIB, 6) for s in report.steps if s.peak_reserved_bytes is not None
             ]
+            # By step, as the warm-up count (ok_fields) reads them: a retry in a timed step puts the pair at risk.
+            fields["step_alloc_retries"] = report.step_retries
         return fields
 
     def oom(self) -> Any:

@@ -98,6 +98,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     )
     if probe is not None:
         base.update(probe.memory_fields(spec.machine.device, float(spec.machine.memory_gib) if spec.machine.device == "cuda" else None))
+        base.update(probe.provenance_fields())
     ended = _Ended(code, timed_out, stopped_early, memory, set(tracker.seen) | {proc.pid}, oom_kills_before)
     result = _result(spec, settings, _summary(summarize, measurements), probe, ended, base, log_path)
     return _finish(spec, trial_dir, result, writes=writes)
@@ -140,6 +141,9 @@ def _result(spec: TrialSpec, settings: Any, log_summary: tuple[Any, str], probe:
     if ended.code == 0 or ended.stopped_early:
         if probe_times:
             result = TrialResult(status=Status.OK, measured_by="probe", **probe.ok_fields(), **base)
+            summary = summary_or_none
+            if summary is not None and summary.unit == result.throughput_unit:
+                result.log_throughput = summary.value  # the cross-check core/validity.py makes
         elif summary_or_none is not None:
             result = _ok_result(base, summary_or_none)
             result.measured_by = "log"
@@ -165,7 +169,6 @@ def _result(spec: TrialSpec, settings: Any, log_summary: tuple[Any, str], probe:
     if oom is not None:
         from sweep.probe import oom_phase_of
 
-        result.oom_module = oom.module
         if status == Status.OOM:
             # The probe saw where: the module that was running, whatever the traceback's frames say.
             result.oom_phase = oom_phase_of(oom.module) or result.oom_phase
@@ -175,15 +178,22 @@ def _result(spec: TrialSpec, settings: Any, log_summary: tuple[Any, str], probe:
 
 def _probe_follower(spec: TrialSpec, trial_dir: Path, log_path: Path, settings: Any) -> Any:
     from sweep.parsers.throughput import SAMPLES_PER_S, BatchContext, output_unit
-    from sweep.workloads.command.probed import ProbeFollower, probe_dir
+    from sweep.workloads.command.probed import ProbeFollower, other_nodes_glob, probe_dir
 
     figure = settings.prefer[0] if settings.prefer else settings.parser_spec.get("unit", SAMPLES_PER_S)
     unit = output_unit(figure, BatchContext(tokens_per_sample=settings.tokens_per_sample), settings.throughput_unit)
-    return ProbeFollower(probe_dir(trial_dir, log_path), int(spec.trial.warmup_steps), int(spec.global_batch_size), settings.tokens_per_sample, unit)
+    return ProbeFollower(
+        probe_dir(trial_dir, log_path), int(spec.trial.warmup_steps), int(spec.global_batch_size), settings.tokens_per_sample, unit,
+        accum=int(spec.accum), other_nodes_glob=other_nodes_glob(_job_id()) if int(spec.machine.nodes or 1) > 1 else "",
+    )
 
 
 def _finish(spec: TrialSpec, trial_dir: Path, result: TrialResult, writes: bool) -> TrialResult:
-    """Write the trial's record (node 0's launcher alone: the trial dir is shared by every node)."""
+    """Check the figure (core/validity.py) and write the trial's record (node 0's launcher alone: the trial
+    dir is shared by every node)."""
+    from sweep.core.validity import validated
+
+    validated(result)
     result.tight = is_tight(result.status == Status.OK, result.headroom, memory_margin(spec.trial, spec.machine))
     if writes:
         write_result(result, trial_dir)
@@ -272,7 +282,7 @@ class _Enough:
     def reason_to_stop(self, measurements: list[Any], trial_dir: Path) -> str:
         probed = self.probe_timed()
         if probed:
-            if measured_enough_for(probed, self.trial):
+            if measured_enough_for(probed, self.trial, timed_steps=len(self.probe.after_warmup())):
                 return self.REASON
             return stop_requested(trial_dir) or ""
         times = self.timed(measurements)

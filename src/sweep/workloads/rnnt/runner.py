@@ -31,6 +31,8 @@ from sweep.core.probe_report import ProbeReport
 from sweep.core.schema import OomPhase, Status, TrialResult, now_iso
 from sweep.core.spec import TrialSpec
 from sweep.core.stats import special, throughput_summary
+from sweep.core.steady import steady_steps
+from sweep.core.validity import validated
 from sweep.launch.memory import headroom, is_tight
 from sweep.records import stop_requested, write_progress, write_result
 from sweep.workloads.rnnt.memory import (
@@ -123,6 +125,7 @@ def _record_memory(result: TrialResult, report: ProbeReport, open_step: dict, ba
     result.step_peak_reserved_gib = [
         baseline.counted_above(s.peak_reserved_bytes) / GIB for s in report.steps if s.peak_reserved_bytes is not None
     ]
+    result.step_alloc_retries = report.step_retries  # CUDA only; a retry in a timed step puts the pair at risk
     result.peak_step = report.peak_step
     capacity = float(memory_gib)
     if cuda:
@@ -228,12 +231,13 @@ def run_trial(spec: TrialSpec, extra_startup_s: float = 0.0) -> TrialResult:
         baseline = MemoryBaseline(device)
         budget.enforce()
         step = 0
+        steady: list[float] = []  # the timed steps after any warm-up that outlasted trial.warmup_steps (core/steady.py)
         # Adaptive: time steps until the median is known to +-target_precision (measure_steps..max_measure_steps),
         # or until the orchestrator says this trial cannot win (racing). Rank 0 decides for all ranks.
         while True:
             enough, stop = False, ""
             if step >= warmup and rank == 0:
-                enough = measured_enough_for(result.step_times_s, trial)
+                enough = measured_enough_for(steady, trial, timed_steps=len(result.step_times_s))  # slow leading steps: warm-up
                 # A stop request counts once a timed step exists: there is a partial measurement to keep.
                 stop = "" if enough or not result.step_times_s else (stop_requested(spec.trial_dir) or "")
             if world_size > 1:
@@ -252,8 +256,9 @@ def run_trial(spec: TrialSpec, extra_startup_s: float = 0.0) -> TrialResult:
             dt = float(record["seconds"])
             if step >= warmup:
                 result.step_times_s.append(dt)
+                steady = steady_steps(result.step_times_s)
                 if rank == 0:
-                    write_progress(spec.trial_dir, progress_record(result.step_times_s, global_batch_size=global_batch))
+                    write_progress(spec.trial_dir, progress_record(steady, global_batch_size=global_batch))
             step += 1
             # Out of the most it may run: the warm-up plus trial.max_measure_steps timed steps.
             say(f"step {step}/{warmup + int(trial.max_measure_steps)}{' (warm-up)' if step <= warmup else ''}: {dt:.3f} s")
@@ -280,9 +285,14 @@ def run_trial(spec: TrialSpec, extra_startup_s: float = 0.0) -> TrialResult:
         open_step = measured.open_step_memory()
         report = _probe_report(probe_dir, world_size, result.status)
         result.measured_by, result.ranks_seen = "probe", len(report.ranks) or None  # None: no step finished
+        result.world_size, result.probe_signal = report.world_size, "optimizer steps"
         if result.status == Status.OK:
-            # The slowest rank's figures, warm-up left out; rank 0 decided when to stop on its own.
-            result.step_times_s = report.step_times_s[warmup:]
+            # The slowest rank's figures, warm-up (and leading steps still warming up) left out; rank 0 decided
+            # when to stop on its own.
+            timed = report.step_times_s[warmup:]
+            result.step_times_s = steady_steps(timed)
+            result.transient_steps = len(timed) - len(result.step_times_s)
+            result.warmup_steps = warmup + result.transient_steps
             result.steps_measured = len(result.step_times_s)
             result.throughput, result.throughput_low, result.throughput_high = throughput_summary(result.step_times_s, global_batch)
         if oom is not None:
@@ -291,6 +301,7 @@ def run_trial(spec: TrialSpec, extra_startup_s: float = 0.0) -> TrialResult:
         _record_memory(result, report, open_step, baseline, machine.memory_gib, memory_margin(trial, machine))
     result.finished_at = now_iso()
     result.wall_s = startup_s + time.perf_counter() - t_start
+    validated(result)  # the figure counts only if it measured what was asked (core/validity.py)
     if result.status == Status.OK:
         say(
             f"result ok: {result.throughput:.1f} samples/s (95% {result.throughput_low:.1f}-{result.throughput_high:.1f}), "

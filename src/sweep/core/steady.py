@@ -1,0 +1,122 @@
+"""Which timed steps measured the steady state (pure): warm-up that outlasts trial.warmup_steps is left out.
+
+trial.warmup_steps is a guess at how long a trial takes to warm up. A cold page cache, a cold kernel or
+compile cache, a `torch.compile` recompile or a host hiccup can outlast it: the first timed steps then run
+slower than the rest, and a figure that counts them measures the warm-up, not the pair. Two rules:
+
+1. transient_steps: leading timed steps that stand out above the level the later steps settle at are
+   warm-up. The level and its spread are the median and the normal-scaled MAD of the later half's log
+   step times; a leading step counts as warm-up while it lies above that level by more than
+   TRANSIENT_SDS spreads and TRANSIENT_MIN_SLOWER at least (so run-to-run jitter never trims). Only a run of
+   slow steps at the start is trimmed: a slow step in the middle is the machine's noise, which the
+   median already shrugs off. At least MIN_KEPT steps are kept, and fewer than MIN_TO_JUDGE timed steps
+   say nothing (one step cannot show it is slow).
+2. still_warming: the steps kept must show no falling trend beyond the noise (Kendall's tau against the
+   step index, one-sided, p < TREND_P, and the first third's median slower than the last third's by more
+   than TREND_MIN_SLOWER). A warm-up that fades gradually (a real framework's first steps on a CPU) is
+   trimmed the same way, from the front, while what is left still falls and more than 2 * MIN_KEPT steps
+   remain; a trial still speeding up at its last steps never reached its steady state, so its figure is
+   no measurement of the pair (core/validity.py). A rising trend (the machine got busier) is not checked
+   here: the run-to-run noise in the confidence score covers it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from sweep.core.stats import special
+
+MIN_TO_JUDGE = 4  # timed steps before the first can be called slow
+MIN_KEPT = 3  # steps always left for the figure
+TRANSIENT_SDS = 4.0  # how far above the later steps' level (in robust spreads) a leading step must be
+TRANSIENT_MIN_SLOWER = 0.15  # and at least this much slower than that level: jitter is not warm-up
+TREND_P = 0.01  # one-sided p-value of Kendall's tau below which a falling trend is real
+TREND_MIN_SLOWER = 0.10  # the first third must also be this much slower than the last third
+_NORMAL_MAD_SCALE = 0.6744897501960817  # as core/confidence.py: MAD / this estimates a normal sd
+
+
+MAX_POINTS = 48  # longer runs are judged on the medians of MAX_POINTS runs of consecutive steps
+
+
+def _binned(times: list[float]) -> tuple[list[float], int]:
+    """At most MAX_POINTS medians of consecutive steps, and how many steps each holds: a run of thousands of
+    steps (trial.max_measure_steps is the user's) is judged at a bounded cost, and rechecked every step."""
+    if len(times) <= MAX_POINTS:
+        return times, 1
+    size = -(-len(times) // MAX_POINTS)
+    return [float(np.median(times[i : i + size])) for i in range(0, len(times), size)], size
+
+
+def transient_steps(step_times_s: Sequence[float]) -> int:
+    """How many leading timed steps are still warm-up (rules 1 and 2); 0 when none stand out, or too few to judge."""
+    times = [float(t) for t in step_times_s]
+    if len(times) < MIN_TO_JUDGE or not all(t > 0 and math.isfinite(t) for t in times):
+        return 0
+    if len(times) > MAX_POINTS:
+        points, size = _binned(times)
+        return min(len(times) - MIN_KEPT, transient_steps(points) * size)
+    k = _slow_leaders(times)
+    while len(times) - k > 2 * MIN_KEPT and still_warming(times[k:]):
+        k += 1  # a warm-up that fades gradually: drop from the front until what is left has settled
+    return k
+
+
+def _slow_leaders(times: list[float]) -> int:
+    """Rule 1: the leading steps that stand out above the later half's level."""
+    n = len(times)
+    logs = np.log(times)
+    later = logs[n // 2 :]
+    level = float(np.median(later))
+    spread = float(np.median(np.abs(later - level))) / _NORMAL_MAD_SCALE
+    bound = level + max(TRANSIENT_SDS * spread, math.log1p(TRANSIENT_MIN_SLOWER))
+    k = 0
+    while k < n - MIN_KEPT and logs[k] > bound:
+        k += 1
+    return k
+
+
+def steady_steps(step_times_s: Sequence[float]) -> list[float]:
+    """The timed steps that measured the steady state: all but the leading warm-up (rule 1)."""
+    times = [float(t) for t in step_times_s if t > 0]
+    return times[transient_steps(times) :]
+
+
+def falling_trend_p(step_times_s: Sequence[float]) -> float:
+    """One-sided p-value that step times fall with the step index (Kendall's tau, normal approximation
+    with the tie correction); 1.0 for fewer than MIN_TO_JUDGE steps."""
+    times = np.asarray([float(t) for t in step_times_s], dtype=float)
+    n = times.size
+    if n < MIN_TO_JUDGE:
+        return 1.0
+    i, j = np.triu_indices(n, k=1)
+    s = float(np.sign(times[j] - times[i]).sum())  # negative: later steps faster
+    _, counts = np.unique(times, return_counts=True)
+    var = (n * (n - 1) * (2 * n + 5) - float(np.sum(counts * (counts - 1) * (2 * counts + 5)))) / 18.0
+    if var <= 0:
+        return 1.0
+    z = (s + 1.0) / math.sqrt(var)  # continuity correction towards "no trend"
+    return float(special().ndtr(z))
+
+
+def still_warming(step_times_s: Sequence[float]) -> str:
+    """Why the kept steps never settled (rule 2), one line, or "" when they show no falling trend."""
+    steps = [float(t) for t in step_times_s if t > 0]
+    times = _binned(steps)[0]
+    n = len(times)
+    if n < 2 * MIN_KEPT:
+        return ""
+    third = max(2, n // 3)
+    first, last = float(np.median(times[:third])), float(np.median(times[-third:]))
+    slower = first / last - 1.0
+    if slower <= TREND_MIN_SLOWER:
+        return ""
+    p = falling_trend_p(times)
+    if p >= TREND_P:
+        return ""
+    return (
+        f"still speeding up at its last step: the first third of its {len(steps)} timed steps ran {slower:.0%} slower than the "
+        f"last third (falling trend, p={p:.2g}), so it never reached a steady state; raise trial.warmup_steps"
+    )
