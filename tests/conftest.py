@@ -1,4 +1,4 @@
-"""Shared fixtures. The Slurm fixture starts a real single-node cluster on localhost (tests/slurm).
+"""Shared fixtures. The Slurm fixture starts a real cluster on this machine (tests/slurm): a node on localhost, two in namespaces.
 
 The suite runs on every core with pytest-xdist (`-n logical --dist loadgroup` in pyproject.toml), each
 test where a worker is free, except tests that share something costly, which one worker runs together
@@ -9,7 +9,7 @@ import os
 import signal
 
 import pytest
-from slurm_cluster import slurm_cluster  # noqa: F401  (a session fixture used by the Slurm tests)
+from slurm_cluster import slurm_cluster, slurm_nodes  # noqa: F401  (fixtures of the Slurm tests: the cluster, its two-node partition)
 
 # Modules whose module-scoped fixture runs real sweeps or trials (tens of seconds of CPU): the fixture's name.
 SHARED_MODULE_FIXTURES = {
@@ -39,7 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if "slurm_cluster" in fixtures or item.get_closest_marker("slurm"):
+        if "slurm_cluster" in fixtures or "slurm_nodes" in fixtures or item.get_closest_marker("slurm"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif SHARED_MODULE_FIXTURES.get(item.path.name) in fixtures:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))

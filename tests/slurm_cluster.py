@@ -1,8 +1,11 @@
-"""A real single-node Slurm cluster on localhost for the tests.
+"""A real Slurm cluster on this machine for the tests: one node on localhost and two more nodes.
 
 `start_cluster(state_dir)` installs the Debian packages when missing and starts
 munged, MariaDB, slurmdbd, slurmctld and slurmd through tests/slurm/cluster.sh;
-`stop_cluster(cluster)` stops exactly those daemons again.
+`stop_cluster(cluster)` stops exactly those daemons again. The localhost node is
+partition `debug` (the default); nodes mn1 and mn2, each in network, UTS and mount
+namespaces of its own with its own hostname, loopback and /etc/hosts
+(tests/slurm/nodes.sh), are partition `multi`, for trials over two nodes.
 
 `slurm_cluster` is a session-scoped pytest fixture (tests/conftest.py imports
 it: `from slurm_cluster import slurm_cluster`). It yields a `SlurmCluster` and
@@ -12,11 +15,13 @@ the jobs themselves (sbatch exports the submitter's environment) use it.
 
 Where the cluster cannot be had (not root, packages missing and not
 installable, start failed) the tests that use the fixture are skipped with the
-reason; with CI=true they fail instead, since CI must run them.
+reason; with CI=true they fail instead, since CI must run them. `slurm_nodes`
+(the cluster, for tests over two nodes) is skipped, or fails under CI, the same
+way where the two nodes cannot be had while the localhost node can.
 
 Set SWEEP_TEST_SLURM_CONF=/path/slurm.conf to run the tests against a cluster
-started beforehand (`bash tests/slurm/cluster.sh start DIR`); the fixture then
-neither starts nor stops anything.
+started beforehand (`bash tests/slurm/cluster.sh start DIR 2`); the fixture then
+neither starts nor stops anything, and takes partition `multi` for the two-node tests.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parent / "slurm" / "cluster.sh"
 PARTITION = "debug"
+MULTI_PARTITION = "multi"  # the nodes in namespaces of their own
+NODES = 2  # of them
 INSTALL_TIMEOUT_S = 900
 START_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 180
@@ -51,6 +58,9 @@ class SlurmCluster:
     state_dir: Path | None  # None for a cluster this module did not start
     env: dict[str, str]
     partition: str = PARTITION
+    multi_partition: str = ""  # the two-node partition; "" where it could not be had
+    multi_nodes: tuple[str, ...] = ()
+    multi_unavailable: str = ""  # why not
 
     @property
     def slurm_conf(self) -> str:
@@ -105,24 +115,43 @@ def install_packages() -> None:
         raise ClusterUnavailable(f"installing the Slurm packages failed:\n{proc.stderr[-3000:]}")
 
 
-def start_cluster(state_dir: str | Path, install: bool = True) -> SlurmCluster:
-    """Start a cluster whose state lives in state_dir; raise ClusterUnavailable if impossible."""
+def start_cluster(state_dir: str | Path, install: bool = True, nodes: int = NODES) -> SlurmCluster:
+    """Start a cluster whose state lives in state_dir, with `nodes` nodes in namespaces beside the localhost one
+    (0: none); raise ClusterUnavailable if the localhost node cannot be had."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         raise ClusterUnavailable("the Slurm test cluster needs root (its daemons run as root)")
     if install:
         install_packages()
     state_dir = Path(state_dir).resolve()
     try:
-        proc = _run(["start", str(state_dir)], START_TIMEOUT_S)
+        proc = _run(["start", str(state_dir), str(nodes)], START_TIMEOUT_S)
     except ClusterUnavailable:
         _run(["stop", str(state_dir)], STOP_TIMEOUT_S)  # whatever it got to start
         raise
     if proc.returncode != 0:
         raise ClusterUnavailable(f"starting the Slurm test cluster failed:\n{proc.stderr[-3000:]}")
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("SLURM_CONF=")]
-    if not lines:
+    said = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    if "SLURM_CONF" not in said:
         raise ClusterUnavailable(f"cluster.sh start printed no SLURM_CONF line:\n{proc.stdout}\n{proc.stderr}")
-    return SlurmCluster(state_dir=state_dir, env=_env_for(lines[-1].split("=", 1)[1]))
+    return SlurmCluster(
+        state_dir=state_dir, env=_env_for(said["SLURM_CONF"]), multi_partition=said.get("MULTI_PARTITION", ""),
+        multi_nodes=tuple(n for n in said.get("MULTI_NODES", "").split(",") if n),
+        multi_unavailable=said.get("MULTI_UNAVAILABLE", "" if nodes else "not asked for"),
+    )
+
+
+def _external(slurm_conf: str) -> SlurmCluster:
+    """A cluster started beforehand: its `multi` partition, if it has one of two nodes or more."""
+    env = _env_for(slurm_conf)
+    try:
+        out = subprocess.run(["sinfo", "-h", "-N", "-p", MULTI_PARTITION, "-o", "%N"], capture_output=True, text=True,
+                             timeout=30, env={**os.environ, **env}).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        out = f"{exc}"
+    nodes = tuple(sorted(set(out.split())))
+    if len(nodes) >= 2:
+        return SlurmCluster(state_dir=None, env=env, multi_partition=MULTI_PARTITION, multi_nodes=nodes)
+    return SlurmCluster(state_dir=None, env=env, multi_unavailable=f"{slurm_conf} has no partition {MULTI_PARTITION} of two nodes or more")
 
 
 def stop_cluster(cluster: SlurmCluster | str | Path) -> None:
@@ -154,7 +183,7 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     external = os.environ.get("SWEEP_TEST_SLURM_CONF")
     if external:
-        cluster = SlurmCluster(state_dir=None, env=_env_for(external))
+        cluster = _external(external)
     else:
         try:
             cluster = start_cluster(_state_dir(tmp_path_factory))
@@ -167,6 +196,15 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
             yield cluster
     finally:
         stop_cluster(cluster)
+
+
+@pytest.fixture
+def slurm_nodes(slurm_cluster: SlurmCluster) -> SlurmCluster:
+    """The cluster, for a test over two nodes (partition multi_partition): skipped with the reason, or failed under
+    CI=true, where the nodes in namespaces could not be had."""
+    if not slurm_cluster.multi_partition:
+        _unavailable(f"no two-node partition: {slurm_cluster.multi_unavailable}")
+    return slurm_cluster
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 0.25) -> Any:

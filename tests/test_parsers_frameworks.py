@@ -136,11 +136,18 @@ def test_shipped_sweeps_recommend_in_the_frameworks_flags(name: str) -> None:
 @pytest.mark.parametrize(
     "parser,argv,expected",
     [
-        ("myrtle", ["python", "train.py", "--grad_accumulation_batches={accum}"], ""),  # Myrtle's own flags (cli_flags)
-        ("", [], ""),  # the built-in workload
+        # Myrtle's names only where the argv has them (the default parser, myrtle, does not bring them)
+        ("myrtle", ["python", "train.py", "--grad_accumulation_batches={accum}"], "--grad_accumulation_batches={accum}"),
+        ("myrtle", ["python", "t.py", "--batch-size={per_device_batch}", "--accum={accum}"], "--batch-size={per_device_batch} --accum={accum}"),
         ("regex", ["python", "t.py", "--mbs={per_device_batch}", "--nproc={num_devices}", "--steps=5"], "--mbs={per_device_batch}"),
-        ("jsonl", ["python", "t.py", "--out=log.jsonl"], ""),  # no batch flag and no preset: Myrtle's
-        ("hf", ["bash", "-c", "python t.py --x={accum}"], "--per_device_train_batch_size={per_device_batch} --gradient_accumulation_steps={accum}"),
+        # no batch token in the argv (the batch goes through workload.env) and no preset: sweep's own names
+        ("jsonl", ["python", "t.py", "--out=log.jsonl"], "per_device_batch={per_device_batch} accum={accum} split={split}"),
+        ("myrtle", ["python", "t.py"], "per_device_batch={per_device_batch} accum={accum} split={split}"),
+        # a shell line's own words
+        ("hf", ["bash", "-c", "python t.py --x={accum}"], "--x={accum}"),
+        # a config the shell line writes (no flag among its words): the preset's keys
+        ("hf", ["bash", "-c", "echo '{{\"ga\": {accum}}}' > c.json && python t.py c.json"],
+         "--per_device_train_batch_size={per_device_batch} --gradient_accumulation_steps={accum}"),
         ("nanogpt", ["python", "train.py"], "--batch_size={per_device_batch} --gradient_accumulation_steps={accum_x_devices}"),
         ("lightning", ["python", "t.py", "+trainer.accumulate_grad_batches={accum}"], "+trainer.accumulate_grad_batches={accum}"),
     ],

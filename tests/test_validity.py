@@ -121,7 +121,7 @@ def test_backward_passes_per_step_must_be_the_accumulation_asked_for():
 
 def test_a_log_figure_the_probe_contradicts_rejects_the_pair():
     r = ok(4, 1, STEADY)
-    assert validated(replace(r, log_throughput=r.throughput * 1.1)).status == OK
+    assert validated(replace(r, log_throughput=r.throughput * 1.3)).status == OK  # two windows on a busy box
     bad = validated(replace(r, log_throughput=r.throughput * 4))  # the log timed micro-batches
     assert bad.status == REJECTED and "is 4x the probe's" in bad.error and "per-micro-batch" in bad.error
     assert validated(replace(r, log_throughput=r.throughput / (LOG_AGREEMENT * 1.01))).status == REJECTED
@@ -136,6 +136,24 @@ def test_every_failed_check_is_named_and_checking_twice_changes_nothing():
     assert again == r
     failed = TrialResult(**{**ok(1, 1, STEADY).__dict__, "status": Status.FAILED, "world_size": 9})
     assert validated(failed).status == Status.FAILED
+
+
+def test_a_run_the_sweep_cut_short_is_not_rejected_for_warming_and_a_warming_run_is_not_cut_short():
+    """On a busy box (four spinning loops) the demo's first pair was stopped provisionally after 6 falling steps and
+    then rejected, which lost the pair: a figure the sweep chose to stop at is the sweep's to judge (the pair is
+    run again, or scored as untried), and no rule may stop a pair while its steps still fall."""
+    from sweep.core.decision import Running, decision_stop
+    from sweep.core.space import make_candidate
+
+    falling = [0.10 - 0.008 * i for i in range(6)]
+    cut = validated(ok(8, 1, falling, stopped_early="provisional: the search's first pair"))
+    assert cut.status == OK
+    assert validated(ok(8, 1, falling)).status == REJECTED  # a run that ended by itself still speeding up
+    leader = ok(1, 1, [0.01] * 8)
+    running = {"accum8_split1": Running(make_candidate(8, 1, GBS, 1), falling)}
+    assert decision_stop("accum8_split1", running, {leader.key: leader}, GBS, first_pair_steps=8) is None
+    flat = {"accum8_split1": Running(make_candidate(8, 1, GBS, 1), [0.05] * 6)}
+    assert decision_stop("accum8_split1", flat, {leader.key: leader}, GBS, first_pair_steps=8) is not None
 
 
 # ---------------------------------------------------------------- confidence rests on steps

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# A real, single-node Slurm cluster on localhost for the test suite.
+# A real Slurm cluster on this machine for the test suite: one node on localhost,
+# and optionally N more, each in namespaces of its own (nodes.sh).
 #
 #   cluster.sh install            apt-get install slurm-wlm, slurmdbd, munge and
 #                                 mariadb-server if any is missing (idempotent)
-#   cluster.sh start  STATE_DIR   write configs under STATE_DIR, start munged,
+#   cluster.sh start  STATE_DIR [N]
+#                                 write configs under STATE_DIR, start munged,
 #                                 mariadbd, slurmdbd, slurmctld and slurmd, wait
 #                                 until the node is idle and sacct answers, then
-#                                 print "SLURM_CONF=STATE_DIR/slurm.conf" on stdout
+#                                 print "SLURM_CONF=STATE_DIR/slurm.conf" on stdout.
+#                                 With N >= 2: also nodes mn1..mnN, each with its
+#                                 own hostname, loopback and /etc/hosts, in
+#                                 partition "multi"; stdout then has
+#                                 "MULTI_PARTITION=multi" and "MULTI_NODES=mn1,...",
+#                                 or "MULTI_UNAVAILABLE=<why>" where they cannot be
+#                                 had (the localhost node still serves)
 #   cluster.sh stop   STATE_DIR   cancel the cluster's jobs, then stop exactly the
 #                                 daemons that `start` recorded (TERM, then KILL)
 #   cluster.sh status STATE_DIR   show the recorded daemons and the node state
@@ -16,8 +24,9 @@
 # except munged's socket, which must be the standard /run/munge/munge.socket.2
 # (Slurm's accounting clients ignore AuthInfo=socket=). A munged already serving
 # that socket is used as it is. Every TCP port is picked free at start; all
-# traffic goes to 127.0.0.1 (MariaDB listens only there). /etc/slurm and
-# /etc/munge are never read or written. Progress goes to stderr; stdout of
+# traffic goes to 127.0.0.1 (MariaDB listens only there), or with N nodes, to
+# the host's address on their bridge too (a private /24 with no uplink: nodes.sh).
+# /etc/slurm and /etc/munge are never read or written. Progress goes to stderr; stdout of
 # `start` is the single SLURM_CONF=... line. Needs root; no systemd.
 #
 # Tunables (environment): SLURM_TEST_CLUSTER (cluster name, default "sweeptest"),
@@ -28,6 +37,7 @@ set -euo pipefail
 readonly PROG=${0##*/}
 readonly PACKAGES=(slurm-wlm slurmdbd munge mariadb-server)
 readonly PARTITION=debug
+readonly MULTI_PARTITION=multi
 readonly CLUSTER=${SLURM_TEST_CLUSTER:-sweeptest}
 readonly START_TIMEOUT=${SLURM_TEST_START_TIMEOUT:-90}
 readonly STOP_TIMEOUT=20 # per daemon, before SIGKILL
@@ -35,6 +45,8 @@ readonly STOP_TIMEOUT=20 # per daemon, before SIGKILL
 readonly MAX_STATE_DIR_LEN=70
 
 export PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# shellcheck source=nodes.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nodes.sh"
 
 say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { printf '%s: ERROR: %s\n' "$PROG" "$*" >&2; exit 1; }
@@ -187,8 +199,21 @@ any_recorded_alive() {
 # ------------------------------------------------------------------- start
 
 write_configs() {
-  local host=$1 mem=$2 ctld_port=$3 slurmd_port=$4 dbd_port=$5 db_port=$6 db_pass=$7
-  local s=$STATE_DIR
+  local host=$1 mem=$2 ctld_port=$3 slurmd_port=$4 dbd_port=$5 db_port=$6 db_pass=$7 nodes=$8
+  local s=$STATE_DIR ctld_addr=127.0.0.1 per_node='' i node_lines partition_lines
+  node_lines="NodeName=$host NodeAddr=127.0.0.1 NodeHostname=$host CPUs=2 RealMemory=$mem State=UNKNOWN"
+  partition_lines="PartitionName=$PARTITION Nodes=$host Default=YES MaxTime=INFINITE State=UP"
+  if (( nodes >= 2 )); then
+    # The nodes reach the controller through their bridge (their own 127.0.0.1 is their own), and every
+    # slurmd of the machine needs a spool, pid file and log of its own (%n: the node's name).
+    ctld_addr=$BRIDGE_ADDR per_node=-%n
+    # Four CPUs a node (on however many cores the machine has), a quarter of its memory each by default: two
+    # two-node trials of two ranks a node run side by side, as two one-CPU jobs do on the localhost node.
+    for (( i = 1; i <= nodes; i++ )); do
+      node_lines+=$'\n'"NodeName=$(node_name "$i") NodeAddr=$(node_addr "$i") NodeHostname=$(node_name "$i") CPUs=4 RealMemory=$mem State=UNKNOWN"
+    done
+    partition_lines+=$'\n'"PartitionName=$MULTI_PARTITION Nodes=${NODE_PREFIX}[1-$nodes] DefMemPerCPU=$(( mem / 4 )) MaxTime=INFINITE State=UP"
+  fi
 
   cat >"$DB_CNF" <<EOF
 [client]
@@ -213,9 +238,9 @@ EOF
   : >"$s/plugstack.conf"
 
   cat >"$SLURM_CONF_FILE" <<EOF
-# Single-node test cluster written by $PROG; all state lives in $s.
+# Test cluster written by $PROG; all state lives in $s.
 ClusterName=$CLUSTER
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($ctld_addr)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -223,13 +248,13 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 StateSaveLocation=$s/state
-SlurmdSpoolDir=$s/spool
+SlurmdSpoolDir=$s/spool$per_node
 SlurmctldPidFile=$s/run/slurmctld.pid
-SlurmdPidFile=$s/run/slurmd.pid
+SlurmdPidFile=$s/run/slurmd$per_node.pid
 # Timestamped logs; the daemons run with -D and also copy every line (plus
 # errors from before the log is open) to stderr, i.e. log/<daemon>.stderr.
 SlurmctldLogFile=$LOG_DIR/slurmctld.log
-SlurmdLogFile=$LOG_DIR/slurmd.log
+SlurmdLogFile=$LOG_DIR/slurmd$per_node.log
 SlurmctldDebug=info
 SlurmdDebug=info
 PlugStackConfig=$s/plugstack.conf
@@ -262,8 +287,8 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=60
 WaitTime=0
-NodeName=$host NodeAddr=127.0.0.1 NodeHostname=$host CPUs=2 RealMemory=$mem State=UNKNOWN
-PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+$node_lines
+$partition_lines
 EOF
 
   # slurmdbd reads slurmdbd.conf from the directory of \$SLURM_CONF; it must be
@@ -303,7 +328,7 @@ munge_works() { timeout 5 munge -n -S "$MUNGE_SOCKET" | timeout 5 unmunge -S "$M
 db_answers() { timeout 5 mariadb --defaults-file="$DB_CNF" -u root -e 'SELECT 1'; }
 dbd_answers() { timeout 10 sacctmgr -n -P list cluster format=cluster; }
 ctld_up() { timeout 10 scontrol ping | grep -q 'is UP'; }
-node_idle() { [[ $(timeout 10 sinfo -h -o %T) == idle ]]; }
+node_idle() { [[ $(timeout 10 sinfo -h -N -n "$1" -o %T) == idle ]]; }
 sacct_answers() { timeout 10 sacct -n -X -a -S now; }
 cluster_registered() { timeout 10 sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; }
 
@@ -332,8 +357,43 @@ on_start_exit() {
   exit "$rc"
 }
 
+# abandon_nodes: end the node namespaces started so far and remove their bridge; the localhost node
+# serves on alone (a host where namespaces cannot be had still runs the single-node tests).
+abandon_nodes() {
+  local name pid st
+  say "no extra nodes: $NODE_PROBLEM"
+  while read -r name pid st; do
+    [[ $name == ns-* ]] && stop_one "$name" "$pid" "$st"
+  done <"$PIDS_FILE"
+  sed -i '/^ns-/d' "$PIDS_FILE"
+  nodes_down
+}
+
+# node_slurmds_idle N: start each node's slurmd inside its namespaces and wait until every node is idle;
+# 1 with NODE_PROBLEM set if one dies or the start budget runs out.
+node_slurmds_idle() {
+  local n=$1 i name pid
+  local -a pids=()
+  for (( i = 1; i <= n; i++ )); do
+    name=$(node_name "$i")
+    # shellcheck disable=SC2046 # node_slurmd_cmd prints the command's words
+    start_daemon "slurmd-$name" "$LOG_DIR/slurmd-$name.stderr" $(node_slurmd_cmd "$i")
+    pids[i]=$LAST_PID
+  done
+  for (( i = 1; i <= n; i++ )); do
+    name=$(node_name "$i") pid=${pids[i]}
+    until node_idle "$name" >/dev/null 2>&1; do
+      running "$pid" || { NODE_PROBLEM="slurmd of $name exited during startup; read $LOG_DIR/slurmd-$name.stderr"; return 1; }
+      (( SECONDS < DEADLINE )) || { NODE_PROBLEM="node $name not idle within ${START_TIMEOUT}s; read $LOG_DIR/slurmd-$name.log"; return 1; }
+      sleep 0.2
+    done
+  done
+}
+
 cmd_start() {
   set_state_dir "${1-}"
+  local nodes=${2:-0}
+  [[ $nodes =~ ^[0-9]+$ && $nodes -ne 1 ]] || die "N=$nodes: give 2 or more extra nodes, or none"
   need_root
   local mis
   mis=$(missing_packages | tr '\n' ' ')
@@ -357,10 +417,16 @@ cmd_start() {
   export SLURM_CONF=$SLURM_CONF_FILE
   say "starting cluster $CLUSTER in $s (logs: $LOG_DIR)"
 
+  # --- the extra nodes' namespaces and network first: their addresses go into slurm.conf.
+  if (( nodes >= 2 )) && ! nodes_up "$host" "$nodes"; then
+    abandon_nodes
+    nodes=0
+  fi
+
   local db_pass ctld_port slurmd_port dbd_port db_port
   db_pass=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
   pick_port ctld_port; pick_port slurmd_port; pick_port dbd_port; pick_port db_port
-  write_configs "$host" "$mem" "$ctld_port" "$slurmd_port" "$dbd_port" "$db_port" "$db_pass"
+  write_configs "$host" "$mem" "$ctld_port" "$slurmd_port" "$dbd_port" "$db_port" "$db_pass" "$nodes"
 
   # --- munged. Slurm's clients ignore AuthInfo=socket= for slurmdbd connections
   # (sacct/sacctmgr always use /run/munge/munge.socket.2), so munged serves the
@@ -401,16 +467,30 @@ EOF
   start_daemon slurmctld "$LOG_DIR/slurmctld.stderr" slurmctld -D -f "$SLURM_CONF_FILE"
   wait_for slurmctld "$LAST_PID" "$log" ctld_up
 
-  # --- slurmd
-  log=$LOG_DIR/slurmd.log
-  start_daemon slurmd "$LOG_DIR/slurmd.stderr" slurmd -D -f "$SLURM_CONF_FILE" -N "$host"
-  wait_for slurmd "$LAST_PID" "$log" node_idle
+  # --- slurmd: the localhost node's, then each extra node's inside its namespaces
+  local suffix=''
+  (( nodes >= 2 )) && suffix=-$host
+  log=$LOG_DIR/slurmd$suffix.log
+  start_daemon slurmd "$LOG_DIR/slurmd$suffix.stderr" slurmd -D -f "$SLURM_CONF_FILE" -N "$host"
+  wait_for slurmd "$LAST_PID" "$log" node_idle "$host"
+  if (( nodes >= 2 )) && ! node_slurmds_idle "$nodes"; then
+    say "the extra nodes are unavailable: $NODE_PROBLEM"
+  fi
   wait_for "slurmdbd (sacct)" "$(awk '$1 == "slurmdbd" { print $2 }' "$PIDS_FILE")" \
     "$LOG_DIR/slurmdbd.log" sacct_answers
 
   trap - EXIT
   say "cluster $CLUSTER up in $(( SECONDS - t0 ))s: node $host idle in partition $PARTITION"
   echo "SLURM_CONF=$SLURM_CONF_FILE"
+  if [[ -n $NODE_PROBLEM ]]; then
+    echo "MULTI_UNAVAILABLE=$NODE_PROBLEM"
+  elif (( nodes >= 2 )); then
+    local i names=''
+    for (( i = 1; i <= nodes; i++ )); do names+=${names:+,}$(node_name "$i"); done
+    say "nodes $names idle in partition $MULTI_PARTITION"
+    echo "MULTI_PARTITION=$MULTI_PARTITION"
+    echo "MULTI_NODES=$names"
+  fi
 }
 
 # -------------------------------------------------------------------- stop
@@ -462,11 +542,12 @@ cmd_stop() {
     SLURM_CONF=$SLURM_CONF_FILE cancel_jobs
   fi
   local name pid st rc=0
-  # Reverse start order: slurmd, slurmctld, slurmdbd, mariadbd, munged.
+  # Reverse start order: slurmds, slurmctld, slurmdbd, mariadbd, munged, the nodes' namespaces.
   while read -r name pid st; do
     [[ -n $name ]] || continue
     stop_one "$name" "$pid" "$st" || rc=1
   done < <(tac "$PIDS_FILE")
+  nodes_down || rc=1
   mv -f "$PIDS_FILE" "$PIDS_FILE.stopped"
   return "$rc"
 }
@@ -492,10 +573,10 @@ main() {
   CMD=${1-}
   case $CMD in
     install) cmd_install ;;
-    start) cmd_start "${2-}" ;;
+    start) cmd_start "${2-}" "${3-}" ;;
     stop) cmd_stop "${2-}" ;;
     status) cmd_status "${2-}" ;;
-    *) die "usage: $PROG install | start STATE_DIR | stop STATE_DIR | status STATE_DIR" ;;
+    *) die "usage: $PROG install | start STATE_DIR [N] | stop STATE_DIR | status STATE_DIR" ;;
   esac
 }
 

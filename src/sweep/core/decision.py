@@ -80,6 +80,7 @@ from sweep.core.ranking import ranked_ok, recommendable
 from sweep.core.schema import OK, TrialResult
 from sweep.core.space import Candidate
 from sweep.core.stats import throughput_summary
+from sweep.core.steady import still_warming
 
 # Timed steps after warm-up before a pair may stop because it cannot win. The built-in RNN-T's
 # first step is its longest batch, so one passed step has met the worst memory on a fresh
@@ -188,6 +189,8 @@ def decision_stop(
     if n < FIT_KNOWN_STEPS:
         return None
     mid, mine = _interval(times, global_batch_size)
+    if still_warming(times):
+        return None  # still speeding up: its figure so far is its warm-up's, which no rule may judge it by
     roomy = [r for r in ranked_ok(results) if not at_risk(r) and r.key != key]
     # 1. the throughput ordering, where the pair's own steps agree with it
     for r in outranking(me.cand, results):

@@ -169,7 +169,7 @@ def check_task_layout(launcher: dict[str, Any], num_devices: int, nodes: int | N
     The built-in workload runs one task per device: tasks_per_node x nodes must be num_devices, or
     the trial would measure part of the machine (too few ranks) or refuse to start (too many), only
     once the job runs on the cluster. A command runs one launcher per node (torchrun, deepspeed,
-    accelerate start the ranks from {num_devices}): the machine presets' one-task-per-device layout
+    accelerate start the ranks from {nproc_per_node}): the machine presets' one-task-per-device layout
     becomes one task per node, given the CPUs those tasks had between them; any other
     tasks_per_node is refused. Returns the launcher with that layout.
     """
@@ -180,7 +180,7 @@ def check_task_layout(launcher: dict[str, Any], num_devices: int, nodes: int | N
         if tasks not in (1, per_node):
             raise SweepError(
                 f"hydra.launcher.tasks_per_node={tasks}: a command trial runs one launcher per node, which starts the "
-                f"command's {per_node} rank(s) per node itself (e.g. torchrun --nproc_per_node={{num_devices}}); set hydra.launcher.tasks_per_node=1"
+                f"command's {per_node} rank(s) per node itself (e.g. torchrun --nproc_per_node={{nproc_per_node}}); set hydra.launcher.tasks_per_node=1"
             )
         layout = {**launcher, "tasks_per_node": 1}
         if tasks > 1 and launcher.get("cpus_per_task"):

@@ -27,6 +27,10 @@ def dry_run_text(plan: SweepPlan) -> str:
     description = workloads.get(plan.meta.workload).describe(plan.workload)
     if description:  # the built-in model's size, say: why a split may be needed
         head += "\n" + description
+    first = next((c for c in plan.candidates if c.valid), None)
+    launch = workloads.get(plan.meta.workload).describe_launch(plan.spec(first, plan.sweep_dir / "trials" / first.key)) if first else ""
+    if launch:  # a command: the line each node's launcher runs, so a wrong rank count shows before any trial does
+        head += "\n" + launch
     return head + "\n\n" + format_table(rows, show_invalid=True)
 
 

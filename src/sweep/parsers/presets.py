@@ -11,6 +11,7 @@ a 1-D sweep (`splits_apply: false`) can print a recommendation in the framework'
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -175,30 +176,58 @@ _BATCH_FLAG = re.compile(r"^(?:-{1,2}[\w.-]+|[\w.+~/-]+)=[^\s{}]*\{(?:per_device
 # A value token that is one batch placeholder, as in argparse's space-separated `--batch_size {per_device_batch}`.
 _BATCH_VALUE = re.compile(r"^[^\s{}]*\{(?:per_device_batch|accum|split|joint_batch|global_batch_size)\}[^\s{}]*$")
 _OPTION = re.compile(r"^-{1,2}[A-Za-z_][\w.-]*$")
+_PLACEHOLDER = re.compile(r"(?<!\{)\{(per_device_batch|accum|split|joint_batch|global_batch_size)\}")
+
+# What a command whose argv carries no batch token (its batch goes through workload.env) is told: the
+# pair in sweep's own names, since any flag name here would be one its script may not take.
+SWEEP_NAMES_TEMPLATE = "per_device_batch={per_device_batch} accum={accum} split={split}"
 
 
 def batch_flags(argv: Sequence[str]) -> list[str]:
-    """The argv's batch flags: `--flag={x}` tokens, and `--flag {x}` pairs written as one `--flag {x}`."""
+    """The argv's batch tokens, in order: `--flag={x}` and `key={x}` tokens, a `--flag {x}` pair as one
+    `--flag {x}`, a positional `{x}`; inside a shell line (`bash -c "python t.py --bs={per_device_batch}"`),
+    the same among its words.
+
+    A token that sets only the global batch is left out where another sets the accumulation: the global
+    batch is the sweep's own, the same for every pair, and the user's command states it already (Myrtle's
+    `--global_batch_size`); without an accumulation token it stays, as the flag the framework derives the
+    accumulation from (Megatron's `--global-batch-size`).
+    """
+    found = _batch_tokens(argv, shell_words=True)
+    sets_accum = any("{accum}" in token for token in found)
+    return [t for t in found if not (sets_accum and set(_PLACEHOLDER.findall(t)) == {"global_batch_size"})]
+
+
+def _batch_tokens(argv: Sequence[str], shell_words: bool) -> list[str]:
     found = []
     for i, part in enumerate(argv):
         if _BATCH_FLAG.match(part):
             found.append(part)
-        elif i > 0 and _OPTION.match(argv[i - 1]) and _BATCH_VALUE.match(part):
-            found.append(f"{argv[i - 1]} {part}")
+        elif _BATCH_VALUE.match(part):
+            before = argv[i - 1] if i > 0 else ""
+            found.append(f"{before} {part}" if _OPTION.match(before) else part)
+        elif shell_words and _PLACEHOLDER.search(part) and any(c.isspace() for c in part):
+            try:  # a shell line: its words, one level deep (a quoted JSON config inside it is one word, not read)
+                words = shlex.split(part)
+            except ValueError:
+                continue  # unbalanced quotes: not a shell line sweep can read
+            found += _batch_tokens(words, shell_words=False)
     return found
 
 
 def flags_template(parser_type: str, argv: Sequence[Any] = ()) -> str:
-    """How a recommendation is written for this workload, with {placeholders}; "" means Myrtle's own flags.
+    """How a command's recommendation is written, with {placeholders}: one rule for every command.
 
-    The batch flags of the command the trials ran (its argv tokens such as `--batch_size={per_device_batch}`),
-    since those are the flags the user's script takes; else the preset's flags (DeepSpeed's JSON config keys,
-    when the config is written by a shell line); "" for Myrtle (caiman-asr) and the built-in workload.
+    The argv's own batch tokens (batch_flags), since those are the flags the user's script takes, whatever
+    parser reads its log (the default parser, myrtle, included: Myrtle's names appear only where the argv
+    has them); else a framework preset's flags (DeepSpeed's JSON config keys, when a shell line writes its
+    config); else the pair in sweep's own names (SWEEP_NAMES_TEMPLATE). "" (Myrtle's own flags, ranking.cli_flags)
+    is for the built-in workload alone, which has no argv and never calls this.
     """
-    if parser_type in ("", "myrtle"):
-        return ""
     found = batch_flags([a for a in argv if isinstance(a, str)])
     if found:
         return " ".join(found)
     preset = PRESETS.get(parser_type)
-    return preset.flags_template() if preset else ""
+    if preset is not None and parser_type != "myrtle" and preset.flags_template():
+        return preset.flags_template()
+    return SWEEP_NAMES_TEMPLATE

@@ -50,8 +50,12 @@ __all__ = [
 def probe_env(record_dir: str | Path, *, base_env: Mapping[str, str]) -> dict[str, str]:
     """The variables to add to a command's environment so that its Python processes are probed.
 
-    PYTHONPATH gets the boot dir first, ahead of base_env's own entries (kept, in order)."""
-    rest = [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != str(BOOT_DIR)]
+    PYTHONPATH gets the boot dir first, ahead of base_env's own entries, kept in order and as written: an
+    empty entry is the current dir to Python (what `export PYTHONPATH=$PYTHONPATH:/x` leaves when it was
+    unset), so it stays, or a script importing from where it starts would not find its modules. A PYTHONPATH
+    set but empty is no entry at all to Python, and adds none here."""
+    given = base_env.get("PYTHONPATH", "")
+    rest = [p for p in given.split(os.pathsep) if not p or os.path.abspath(p) != str(BOOT_DIR)] if given else []
     return {RECORD_DIR_ENV: str(Path(record_dir).resolve()), "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), *rest])}
 
 

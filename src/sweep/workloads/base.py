@@ -44,3 +44,5 @@ class Workload:
     one_launcher_per_node: bool = False
     # A few lines for dry_run on what the workload is (its size, say); empty if nothing useful.
     describe: Callable[[Any], str] = lambda config: ""
+    # dry_run's lines on how one trial starts (a command: the line each node's launcher runs); empty if nothing useful.
+    describe_launch: Callable[[TrialSpec], str] = lambda spec: ""

@@ -16,6 +16,14 @@ every module call, some 10 us with the gradient hooks: 2-3% of the CPU demo's st
 roots that hold other modules keep an always_call forward hook, which sees an OOM passing through a forward even when the
 trainer catches it. sys.excepthook sees an OOM nobody catches; the autograd.backward wrapper one in
 backward. Stdlib and torch only, like _sweep_probe.
+
+torch.compile: dynamo guards on the module hooks it traced (the length of the global hook dicts, each
+module's own), and warns into the user's log when global hooks meet a compiled module. Hooks that come
+and go under it recompile the next call: the first timed step. So no module hook is ever added or
+removed once a process uses torch.compile: the probe takes them all out as torch.compile (or
+Module.compile) is called, before dynamo traces anything, and adds none after; where dynamo compiled
+code some other way while the first step's hooks were in, they stay in. OOMs are then named from the
+frames and the autograd node, as after any first step (a compiled module by the module it wraps).
 """
 
 from __future__ import annotations
@@ -38,14 +46,48 @@ class ModuleAndOomHooks(OomRecords):
         self.node_type = torch.autograd.function.BackwardCFunction
         self.roots = weakref.WeakSet()  # modules called while no other module was running
         self.tracking_handles, self.root_hooks = [], []
+        self._install_compile_watch(torch)
+        self.dynamo_owns_modules = self._dynamo_compiled()  # armed late, after something was compiled
         self.start_tracking()
         self.undo.append(self._remove_module_hooks)
+
+    def _install_compile_watch(self, torch) -> None:
+        """torch.compile (Module.compile calls it too) first takes the module hooks out (module docstring)."""
+        original = torch.compile
+        probe = self
+
+        @functools.wraps(original)
+        def compile(*args, **kwargs):
+            probe.leave_modules_to_dynamo()
+            return original(*args, **kwargs)
+
+        torch.compile = compile
+        self.undo.append(lambda: setattr(torch, "compile", original))
+
+    def leave_modules_to_dynamo(self) -> None:
+        """No module hook from now on in this process: dynamo will guard on whatever hooks it traces."""
+        if getattr(self, "dynamo_owns_modules", False):
+            return
+        self.dynamo_owns_modules = True
+        try:
+            self._remove_module_hooks()
+            self.module_stack = []
+        except Exception as exc:  # noqa: BLE001
+            self.problem("module hooks", exc)
+
+    def _dynamo_compiled(self) -> bool:
+        """Whether dynamo has compiled any frame in this process (its own counter; it is not imported for this)."""
+        utils = sys.modules.get("torch._dynamo.utils")
+        try:
+            return bool(utils is not None and utils.counters["frames"]["total"])
+        except Exception:  # noqa: BLE001 - another torch's counters: take it that nothing was compiled
+            return False
 
     def start_tracking(self) -> None:
         """Track modules live until the next step closes (a new record starts with this)."""
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        if self.tracking_handles:
+        if self.tracking_handles or self.dynamo_owns_modules:
             return
         for handle in self.root_hooks:
             handle.remove()
@@ -58,6 +100,9 @@ class ModuleAndOomHooks(OomRecords):
     def stop_tracking(self) -> None:
         """From now on no hook runs per module call but the roots' own (see the module docstring)."""
         if not self.tracking_handles:
+            return
+        if self._dynamo_compiled():  # compiled with these hooks in (not through torch.compile): they stay
+            self.dynamo_owns_modules = True
             return
         for handle in self.tracking_handles:
             handle.remove()

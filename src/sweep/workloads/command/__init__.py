@@ -73,6 +73,15 @@ def _live_throughput(trial_dir: Path) -> float | None:
         return None
 
 
+def _describe_launch(spec: TrialSpec) -> str:
+    from sweep.workloads.command.launching import launch_lines
+
+    try:
+        return launch_lines(spec)
+    except (TemplateError, KeyError, ValueError):
+        return ""  # validate reports the template
+
+
 def _splits_apply(config: Any) -> bool:
     """A command that uses neither {split} nor {joint_batch} cannot tell the pairs of one accum apart: 1-D."""
     from sweep.workloads.command.template import uses_split
@@ -92,4 +101,5 @@ WORKLOAD = Workload(
     splits_apply=_splits_apply,
     at_edge=_at_edge,
     one_launcher_per_node=True,
+    describe_launch=_describe_launch,
 )

@@ -28,9 +28,21 @@ def probe_dir(trial_dir: Path, log_path: Path) -> Path:
     return trial_dir / log_path.stem.replace("command", PROBE_PREFIX, 1)
 
 
-def other_nodes_glob(job_id: str) -> str:
-    """The record dirs of job `job_id`'s nodes other than node 0 (probe_dir of their logs)."""
-    return f"{PROBE_PREFIX}-job{job_id}-node*" if job_id else ""
+def other_nodes_glob(tag: str) -> str:
+    """The record dirs of an attempt's nodes other than node 0 (probe_dir of their logs; tag: nodes.attempt_tag)."""
+    return f"{PROBE_PREFIX}-job{tag}-node*" if tag else ""
+
+
+def recorded_by_every_rank(report: Any) -> list[float]:
+    """Each step's seconds, less trailing steps some rank has not recorded yet.
+
+    A step is over when every rank's is: the slowest rank's time is only known once all have written it. Another
+    node's records land later than this node's own (over a shared file system, seconds later), and ranks stopped
+    mid-step leave a last step some never finished; counting those, this node's faster view would stand in for
+    the slowest rank's. Steps before the last whole one stay as they are (a rank armed late never records its first)."""
+    everyone = len(report.ranks)
+    whole = [i for i, step in enumerate(report.steps) if step.ranks >= everyone]
+    return report.step_times_s[: whole[-1] + 1] if whole else []
 
 
 @dataclass
@@ -45,13 +57,22 @@ class ProbeFollower:
     accum: int = 1  # micro-batches a step: backward passes per step where no optimizer step is seen
     other_nodes_glob: str = ""  # record dirs of this job's other nodes, beside record_dir (multi-node trials)
     report: Any = None
+    reach: Any = None  # reach.ReachWatch: the command's Python processes the probe could not get into
     _read_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        from sweep.probe import BOOT_DIR
+        from sweep.workloads.command.reach import ReachWatch
+
+        if self.reach is None:  # made before the command starts: it tells the command's processes from others
+            self.reach = ReachWatch(Path(self.record_dir).resolve(), BOOT_DIR)
 
     def poll(self, force: bool = False) -> Any:
         from sweep.probe import read_probe
 
         if force or time.monotonic() - self._read_at >= READ_EVERY_S:
             self._read_at = time.monotonic()
+            self.reach.scan()
             try:
                 others = sorted(self.record_dir.parent.glob(self.other_nodes_glob)) if self.other_nodes_glob else []
                 self.report = read_probe(self.record_dir, *others)
@@ -84,7 +105,7 @@ class ProbeFollower:
         if report is None or not report.armed or not self.can_measure:
             return []
         if self.signal == "optimizer steps":
-            times = report.step_times_s[self.warmup_steps :]
+            times = recorded_by_every_rank(report)[self.warmup_steps :]
         elif self.signal == "backward passes":  # backward_step_times leaves out the first step, whose start none shows
             times = backward_step_times(report, self.accum)[max(0, self.warmup_steps - 1) :]
         else:
@@ -153,6 +174,16 @@ class ProbeFollower:
             # By step, as the warm-up count (ok_fields) reads them: a retry in a timed step puts the pair at risk.
             fields["step_alloc_retries"] = report.step_retries
         return fields
+
+    def no_figure_note(self) -> str:
+        """Why the probe has no figure for a command that exited 0 (a clause of its failure line): the processes
+        it could not reach and why (reach.py), and whether it saw anything at all."""
+        report = self.report
+        unreached = self.reach.note() if self.reach is not None else ""
+        if report is not None and report.armed:
+            seen = "the probe saw no optimizer step or backward pass"
+            return f"{seen}; {unreached}" if unreached else seen
+        return unreached or "the probe never armed: no Python process of the command imported torch"
 
     def oom(self) -> Any:
         report = self.report

@@ -24,9 +24,11 @@ from sweep.core.spec import TrialSpec
 from sweep.errors import TemplateError  # noqa: F401 (defined there; still importable from here)
 from sweep.launch.memory import TreeMemorySampler, is_tight
 from sweep.launch.tree import PROCESSES_FILE, TreeTracker, become_subreaper, end_processes
-from sweep.records import stop_requested, write_progress, write_result
+from sweep.records import write_result
+from sweep.workloads.command.follow import Enough, Obey, follow, live_throughput, measured_step_times, timed_so_far  # noqa: F401 (live_throughput: re-exported)
 from sweep.workloads.command.launching import attempt_log, command_env, launch_values
 from sweep.workloads.command.launching import job_id as _job_id
+from sweep.workloads.command.nodes import BACKSTOP_S, Team, attempt_tag, describe, first_cause, merged
 from sweep.workloads.command.template import PLACEHOLDERS, check_template, fill, missing_paths, template_fields  # noqa: F401 (re-exported)
 
 
@@ -39,18 +41,21 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     trial_dir = Path(spec.trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
     launch = launch_values(spec)
-    writes = launch["node_rank"] == 0
+    node, nodes = int(launch["node_rank"]), int(launch["nodes"])
+    writes = node == 0
+    # Several nodes: node 0 decides when the trial stops and files it from every node's verdict (nodes.py).
+    team = Team(trial_dir, attempt_tag(_job_id() or str(os.getpid())), node, nodes) if nodes > 1 else None
     values = {**spec.numbers(), **launch}
     argv = [fill(a, values) for a in wl.argv]
     env = command_env(spec, {k: fill(str(v), values) for k, v in (wl.env or {}).items()})
     cwd = wl.cwd or os.getcwd()
-    log_path = attempt_log(trial_dir, int(launch["node_rank"]))
+    log_path = attempt_log(trial_dir, node, team.tag if team is not None else "")
     settings = parser_settings(wl.parser)  # the preset's warm-up, unit and scope; checked before launch
     parser = settings.make_parser()
     gbs = values["global_batch_size"]
     context = settings.context(global_batch_size=gbs, num_devices=values["num_devices"], accum=values["accum"])
     summarize = functools.partial(settings.summarize, global_batch_size=gbs, num_devices=values["num_devices"], accum=values["accum"])
-    probe = _probe_follower(spec, trial_dir, log_path, settings) if getattr(wl, "probe", False) else None
+    probe = _probe_follower(spec, trial_dir, log_path, settings, team) if getattr(wl, "probe", False) else None
     if probe is not None:
         from sweep.probe import probe_env
 
@@ -60,7 +65,11 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     base = dict(**spec.numbers(), log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command", started_at=started_at, fingerprint=spec.fingerprint)
     missing = missing_paths(argv, cwd)  # checked before launch where trials run here; on a cluster, here on the node
     if missing:
-        return _finish(spec, trial_dir, TrialResult(status=Status.FAILED, error=missing, finished_at=now_iso(), **base), writes=writes)
+        result = TrialResult(status=Status.FAILED, error=missing, finished_at=now_iso(), **base)
+        if team is not None and node > 0:
+            team.report(result, "", time.time())
+            return result
+        return _finish(spec, trial_dir, result, writes=writes)
     print(f"accum={values['accum']} split={values['split']}: running {argv} in {cwd}; log {log_path}", flush=True)
 
     # Orphans of the command (a `setsid` child, a double fork) come back to this process, which
@@ -68,7 +77,11 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     become_subreaper()
     tracker = TreeTracker(trial_dir / PROCESSES_FILE if writes else None).start()
     oom_kills_before = evidence.oom_kill_count()
-    enough = _Enough(spec.trial, settings.skip_first, settings.stop_after, functools.partial(_timed_so_far, summarize=summarize, global_batch_size=gbs), probe)
+    enough = Enough(spec.trial, settings.skip_first, settings.stop_after, functools.partial(timed_so_far, summarize=summarize, global_batch_size=gbs), probe,
+                     team)
+    if team is not None and node > 0:
+        # Obeys node 0's decision alone; stops on its own only well past the time limit (node 0 gone).
+        enough, limit = Obey(team), limit + BACKSTOP_S
     live_rate = functools.partial(live_throughput, context=context, unit=settings.throughput_unit)
     with open(log_path, "ab") as log:
         # A new session, so a stop reaches the whole process group (dataloader workers, ranks) at once.
@@ -77,18 +90,21 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         tail = LogTail(log_path)
         sampler = _memory_sampler(proc.pid, spec).start()
         try:
-            measurements, timed_out, stopped_early = _follow(proc, tail, parser, trial_dir, enough, limit, t0, live_rate, functools.partial(_stop, proc, tracker))
+            measurements, timed_out, stopped_early = follow(proc, tail, parser, trial_dir, enough, limit, t0, live_rate,
+                                                             functools.partial(_stop_trial, proc, tracker, team))
         except BaseException:
             # Interrupted (the sweep cancelled this job): never leave the training command behind.
-            _stop(proc, tracker)
+            _stop_trial(proc, tracker, team, "the job was cancelled")
             sampler.stop()
             raise
         for chunk in tail.drain():  # to the end of the file: the last figures are often the ones that count
             measurements += parser.feed(chunk)
         measurements += parser.close()
     code = proc.wait()
+    ended_at = time.time()
     memory = sampler.stop()
-    _stop(proc, tracker)  # whatever the command left behind (forked or setsid children)
+    # Whatever the command left behind (forked or setsid children); node 0's command ended by itself: so do the others'.
+    _stop_trial(proc, tracker, team, f"node 0's command ended (exit status {code})")
     if probe is not None:
         probe.poll(force=True)
 
@@ -99,9 +115,31 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     if probe is not None:
         base.update(probe.memory_fields(spec.machine.device, float(spec.machine.memory_gib) if spec.machine.device == "cuda" else None))
         base.update(probe.provenance_fields())
-    ended = _Ended(code, timed_out, stopped_early, memory, set(tracker.seen) | {proc.pid}, oom_kills_before)
+    peer = enough.team.peer if team is not None and node == 0 else None
+    ended = _Ended(code, timed_out, "" if peer is not None else stopped_early, memory, set(tracker.seen) | {proc.pid}, oom_kills_before)
+    if team is not None and node > 0:
+        return _report(spec, settings, probe, ended, base, log_path, team, stopped_early, ended_at)
     result = _result(spec, settings, _summary(summarize, measurements), probe, ended, base, log_path)
+    if team is not None:
+        verdicts = team.wait_for_verdicts()
+        print(f"accum={values['accum']} split={values['split']}: the other nodes: {describe(verdicts) or 'no verdict'}", flush=True)
+        result = merged(result, verdicts, nodes, decided=timed_out or (bool(stopped_early) and peer is None), own_ended_at=ended_at, for_peer=peer)
     return _finish(spec, trial_dir, result, writes=writes)
+
+
+def _report(spec: TrialSpec, settings: Any, probe: Any, ended: _Ended, base: dict[str, Any], log_path: Path, team: Team, stopped: str,
+            ended_at: float) -> TrialResult:
+    """Node k > 0: its verdict for node 0 (nodes.py), not the trial's record. Only a failure is classified: the
+    figures, and the checks they must pass, are node 0's, which reads every node's probe records."""
+    if ended.code != 0 and not stopped and not ended.timed_out:
+        result = _result(spec, settings, (None, ""), probe, ended, base, log_path)
+    elif ended.timed_out:
+        result = TrialResult(status=Status.TIMEOUT, error=f"no word from node 0 for {BACKSTOP_S:g} s past trial.time_limit_s; stopped", **base)
+    else:
+        result = TrialResult(status=Status.OK, **base)
+    verdict = team.report(result, stopped, ended_at)
+    print(f"accum={spec.accum} split={spec.split}: node {team.node}: {verdict.status} {verdict.error}", flush=True)
+    return result
 
 
 @dataclass
@@ -110,7 +148,7 @@ class _Ended:
 
     code: int
     timed_out: bool
-    stopped_early: str  # "" (ended by itself), _Enough.REASON, or racing's reason
+    stopped_early: str  # "" (ended by itself), Enough.REASON, or racing's reason
     memory: Any  # the sampler's MemoryReading
     pids: set[int]  # every process of the trial's tree
     oom_kills_before: int | None
@@ -148,11 +186,15 @@ def _result(spec: TrialSpec, settings: Any, log_summary: tuple[Any, str], probe:
             result = _ok_result(base, summary_or_none)
             result.measured_by = "log"
         else:
-            note = "" if probe is None else ("; the probe saw no optimizer step" if probe.report is not None and probe.report.armed else "; the probe never armed (no torch import)")
+            from sweep.parsers.formats import DEFAULT_PARSER_TYPE
+
+            note = "" if probe is None else f"; {probe.no_figure_note()}"
+            # The default parser is not the user's choice: name it only where they chose it.
+            reader = "its log parser (workload.parser)" if settings.type == DEFAULT_PARSER_TYPE else f"the {settings.type} parser"
             return TrialResult(
-                status=Status.FAILED, error=f"exited 0 but printed no throughput the {settings.type} parser recognises{why_not}{note}; see {log_path}", **base
+                status=Status.FAILED, error=f"exited 0 but printed no throughput {reader} recognises{why_not}{note}; see {log_path}", **base
             )
-        if ended.stopped_early not in ("", _Enough.REASON):
+        if ended.stopped_early not in ("", Enough.REASON):
             result.stopped_early = ended.stopped_early  # racing: the orchestrator's reason
         return result
     kill = None
@@ -162,9 +204,12 @@ def _result(spec: TrialSpec, settings: Any, log_summary: tuple[Any, str], probe:
             kernel_oom=evidence.kernel_log_names_oom(ended.pids),
             peak_fraction=_peak_fraction(ended.memory),
         )
-    verdict = classify_failure(read_tail(log_path), exit_code=ended.code, phase_patterns=spec.workload.phase_patterns, kill_evidence=kill)
+    tail = read_tail(log_path)
+    verdict = classify_failure(tail, exit_code=ended.code, phase_patterns=spec.workload.phase_patterns, kill_evidence=kill)
     status = verdict.status if verdict.status != Status.OK else Status.FAILED
-    result = TrialResult(status=status, oom_phase=verdict.oom_phase, error=verdict.reason, **base)
+    # A crash is the error that started it, not the broken connections of the ranks it took down (nodes.py).
+    reason = first_cause(verdict.reason, tail) if status == Status.FAILED else verdict.reason
+    result = TrialResult(status=status, oom_phase=verdict.oom_phase, error=reason, **base)
     oom = probe.oom() if probe is not None else None
     if oom is not None:
         from sweep.probe import oom_phase_of
@@ -176,7 +221,7 @@ def _result(spec: TrialSpec, settings: Any, log_summary: tuple[Any, str], probe:
     return result
 
 
-def _probe_follower(spec: TrialSpec, trial_dir: Path, log_path: Path, settings: Any) -> Any:
+def _probe_follower(spec: TrialSpec, trial_dir: Path, log_path: Path, settings: Any, team: Team | None) -> Any:
     from sweep.parsers.throughput import SAMPLES_PER_S, BatchContext, output_unit
     from sweep.workloads.command.probed import ProbeFollower, other_nodes_glob, probe_dir
 
@@ -184,7 +229,7 @@ def _probe_follower(spec: TrialSpec, trial_dir: Path, log_path: Path, settings: 
     unit = output_unit(figure, BatchContext(tokens_per_sample=settings.tokens_per_sample), settings.throughput_unit)
     return ProbeFollower(
         probe_dir(trial_dir, log_path), int(spec.trial.warmup_steps), int(spec.global_batch_size), settings.tokens_per_sample, unit,
-        accum=int(spec.accum), other_nodes_glob=other_nodes_glob(_job_id()) if int(spec.machine.nodes or 1) > 1 else "",
+        accum=int(spec.accum), other_nodes_glob=other_nodes_glob(team.tag) if team is not None and team.node == 0 else "",
     )
 
 
@@ -223,131 +268,20 @@ def _memory_sampler(pid: int, spec: TrialSpec) -> TreeMemorySampler:
     return TreeMemorySampler(pid, capacity_gib=None, nvml_factory=lambda: None)
 
 
-def _follow(
-    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, enough: _Enough, limit: float, t0: float, rate: Any, stop: Any
-) -> tuple[list[Any], bool, str]:
-    """Read the log as it grows until the command ends, overruns its time, has measured enough, or is told to stop.
-
-    The last element says why the command was stopped: "" (it ended by itself), _Enough.REASON, or racing's reason.
-    """
-    measurements: list[Any] = []
-    shown = 0
-    while True:
-        code = proc.poll()
-        new = [m for chunk in tail.drain() for m in parser.feed(chunk)]  # all that is new, not one chunk a poll
-        measurements += new
-        probed = enough.probe_timed()
-        if probed and len(probed) != shown:
-            shown = len(probed)
-            write_progress(trial_dir, progress_record(probed, throughput=enough.probe.rate(probed[-1]), throughput_unit=enough.probe.unit,
-                                                      measurements=shown, warmup_measurements=enough.probe.warmup_steps, measured_by="probe"))
-        elif new and not probed:
-            _write_progress(trial_dir, measurements, enough, rate)
-        if code is not None:
-            return measurements, False, ""
-        why = enough.reason_to_stop(measurements, trial_dir)
-        if why:
-            stop()
-            return measurements, False, why
-        if time.monotonic() - t0 > limit:
-            stop()
-            return measurements, True, ""
-        time.sleep(0.2)
-
-
-class _Enough:
-    """When to stop the user's command: once core/measure.py's measured_enough_for holds for the probe's
-    timed steps; without them, parser.stop_after figures after the warm-up if set, else measured_enough_for
-    on the log's figures; or when racing's stop.json appears."""
-
-    REASON = "measured enough"
-
-    def __init__(self, trial: Any, skip: int, stop_after: Any, timed: Any, probe: Any = None) -> None:
-        self.trial, self.skip, self.stop_after, self._timed, self.probe = trial, skip, stop_after, timed, probe
-        self._cached: tuple[int, list[float]] = (0, [])
-
-    def probe_timed(self) -> list[float]:
-        """The probe's timed steps so far (read at most every probed.READ_EVERY_S); [] without the probe."""
-        if self.probe is None:
-            return []
-        self.probe.poll()
-        return self.probe.timed()
-
-    def timed(self, measurements: list[Any]) -> list[float]:
-        """The measured step times so far; summarised once per new figure, not once per poll."""
-        if self._cached[0] != len(measurements):
-            self._cached = (len(measurements), self._timed(measurements))
-        return self._cached[1]
-
-    def reason_to_stop(self, measurements: list[Any], trial_dir: Path) -> str:
-        probed = self.probe_timed()
-        if probed:
-            if measured_enough_for(probed, self.trial, timed_steps=len(self.probe.after_warmup())):
-                return self.REASON
-            return stop_requested(trial_dir) or ""
-        times = self.timed(measurements)
-        if self.stop_after is not None:
-            if len(measurements) >= self.skip + int(self.stop_after):
-                return self.REASON
-        elif times and measured_enough_for(times, self.trial):
-            return self.REASON
-        if times:
-            return stop_requested(trial_dir) or ""
-        return ""
-
-
-def _timed_so_far(measurements: list[Any], summarize: Any, global_batch_size: int) -> list[float]:
-    """Seconds per optimizer step of the figures measured so far, by the same rules the trial's record
-    uses (one rank, redrawn bars once, the preset's warm-up); empty before any figure after the warm-up."""
-    from sweep.parsers import ThroughputError
-
-    try:
-        summary = summarize(measurements)
-    except ThroughputError:
-        return []
-    return _measured_step_times(summary, global_batch_size) if summary.after_warmup else []
-
-
-def _measured_step_times(summary: Any, global_batch_size: int) -> list[float]:
-    """Seconds per optimizer step of each measured figure, for the confidence score's spread and for
-    racing; for tokens/s only where the log printed its step time. Empty unless every figure has one."""
-    from sweep.parsers.throughput import MEASURED, SAMPLES_PER_S
-
-    used = [f for f in summary.figures if f.role == MEASURED]
-    if summary.unit == SAMPLES_PER_S:
-        times = [global_batch_size / f.throughput for f in used if f.throughput]
-    else:
-        times = [f.measurement.step_time_s for f in used if f.measurement.step_time_s]
-    return times if len(times) == len(used) else []
-
-
 def _ok_result(base: dict[str, Any], summary: Any) -> TrialResult:
     """The median of the post-warm-up figures, its 95% interval and unit, as sweep.parsers summarised them."""
     return TrialResult(
-        status=Status.OK, step_times_s=_measured_step_times(summary, base["global_batch_size"]), throughput=summary.value,
+        status=Status.OK, step_times_s=measured_step_times(summary, base["global_batch_size"]), throughput=summary.value,
         throughput_low=summary.low, throughput_high=summary.high, throughput_unit=summary.unit,
         steps_measured=summary.measured, warmup_steps=summary.warmup, **base,
     )
 
 
-def live_throughput(m: Any, *, context: Any, unit: str | None) -> tuple[float | None, str]:
-    """A figure as the trial will record it (samples/s or tokens/s, global), for the live table; None if it cannot be."""
-    from sweep.parsers.throughput import ThroughputError, convert, output_unit
-
-    out = output_unit(m.unit, context, unit)
-    try:
-        return convert(m, context, out), out
-    except ThroughputError:
-        return None, out
-
-
-def _write_progress(trial_dir: Path, measurements: list[Any], enough: _Enough, rate: Any = None) -> None:
-    last = measurements[-1]
-    value, unit = rate(last) if rate is not None else (last.throughput, "samples/s")
-    record = progress_record(
-        enough.timed(measurements), throughput=value, throughput_unit=unit, measurements=len(measurements), warmup_measurements=enough.skip
-    )
-    write_progress(trial_dir, record)
+def _stop_trial(proc: subprocess.Popen, tracker: TreeTracker, team: Team | None, why: str) -> None:
+    """End this node's command; on node 0 of several, the trial's decision first, so that no node ends another's ranks first."""
+    if team is not None:
+        team.decide(why)
+    _stop(proc, tracker)
 
 
 def _stop(proc: subprocess.Popen, tracker: TreeTracker) -> None:

@@ -17,7 +17,10 @@ from sweep.errors import TemplateError
 
 # The candidate's numbers (TrialSpec.numbers) and the launch's (one launcher per node: the
 # command's own launcher, torchrun/deepspeed/accelerate, starts the ranks from these).
-NUMBER_PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices")
+# {num_devices} is every node's ranks together (a world size: accelerate's --num_processes, fairseq's
+# --distributed-world-size); {nproc_per_node} is the ranks this node's launcher starts (torchrun's
+# --nproc_per_node, deepspeed's --num_gpus, Lightning's trainer.devices): the two differ on several nodes.
+NUMBER_PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices", "nproc_per_node")
 LAUNCH_PLACEHOLDERS = ("nodes", "node_rank", "master_addr", "master_port")
 PLACEHOLDERS = NUMBER_PLACEHOLDERS + LAUNCH_PLACEHOLDERS
 # Those that differ between pairs: a command using none of them measures the same thing every trial.

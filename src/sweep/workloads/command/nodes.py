@@ -1,0 +1,217 @@
+"""A command trial over several nodes: one decider, and every node's verdict.
+
+Each node's launcher runs the command on its own node (launching.py). Had each decided for itself when to
+stop, a node that had measured enough would end its ranks while the others' were mid-step, and theirs would
+die of the broken connections. So node 0's launcher alone decides (measured enough, racing's or the
+decision's stop.json, the time limit, another node's failure) and writes its decision here before it stops
+its own ranks; the other nodes' launchers obey it, and no node ends another's ranks first.
+
+Each node k > 0 writes its verdict: how its command ended, classified from its own log and its own probe
+records (an OOM with its module and message), and that log's path. Node 0 waits briefly for them and files
+the trial from the worst evidence over every node (merged): an OOM on any node is the trial's OOM, with that
+node's phase, module, message and log; a crash is the node's whose error started it, not the broken peer
+connections on the nodes it took down with it; the record's log is the one that holds that error.
+
+Files, beside the attempt's logs in the trial dir (the tag is the job id, and Slurm's restart count once
+requeued, so a requeued job never reads the run before it):
+  stop-job<tag>.json             node 0's decision: {"reason", "at"}
+  verdict-job<tag>-node<k>.json  node k's verdict (Verdict)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from sweep.core.schema import OK, OOM, OomPhase, Status, TrialResult
+from sweep.records import atomic_write_text
+
+VERDICT_WAIT_S = 20.0  # node 0's wait for the others' verdicts once its own command ended (theirs: a stop, up to 3 s, then a drain)
+BACKSTOP_S = 60.0  # a node k > 0 stops on its own only this long past trial.time_limit_s: node 0 is gone
+PEER_READ_EVERY_S = 1.0  # node 0 looks for a failed node's verdict this often while its command runs
+STOPPED = "stopped"  # a node's verdict when node 0's decision ended its command
+# What follows another node's failure rather than causing it: a collective or the rendezvous store finding its
+# peer gone (gloo, NCCL, c10d), a broken connection, the launcher's signal. The classifier's list of what follows
+# a rank's OOM (parsers/classify.py) says the same of any failure.
+_PEER_CONSEQUENCE = re.compile(
+    r"DistBackendError|DistNetworkError|DistStoreError|NCCL (?:error|communicator)|\bnccl\w*Error"
+    r"|Watchdog caught collective|ProcessGroup(?:NCCL|Gloo)|\bgloo\b|\[c10d\]|Rendezvous\w*Error"
+    r"|Connection (?:closed|reset|refused)|ConnectionResetError|BrokenPipeError|SignalException|killed by SIGTERM"
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How one node's command ended, in that node's own words."""
+
+    node: int
+    host: str
+    status: str  # ok, "stopped" (node 0's decision ended it), oom, failed, timeout, cancelled
+    error: str  # one line; "" for ok
+    log: str  # that node's command log
+    ended_at: float  # time.time() when its command ended
+    oom_phase: str | None = None
+    oom_module: str = ""
+    saw_stop: bool = False  # node 0's decision was there when the command ended: what failed then followed it
+
+    @property
+    def failed(self) -> bool:
+        return self.status not in (OK, STOPPED)
+
+    @property
+    def follows_a_peer(self) -> bool:
+        return bool(_PEER_CONSEQUENCE.search(self.error))
+
+
+def attempt_tag(job_id: str) -> str:
+    """The job id, with Slurm's restart count once requeued (the nodes of one attempt agree on it)."""
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "")
+    return f"{job_id}r{restarts}" if restarts.isdigit() and int(restarts) > 0 else job_id
+
+
+class Team:
+    """One node's view of the trial's nodes: node 0 decides and merges, the others obey and report."""
+
+    def __init__(self, trial_dir: Path, tag: str, node: int, nodes: int) -> None:
+        self.trial_dir, self.tag, self.node, self.nodes = Path(trial_dir), tag, int(node), int(nodes)
+        self.decided_at: float | None = None
+        self.peer: Verdict | None = None  # the failed node node 0 stopped the trial for
+        self._peer_read_at = 0.0
+
+    @property
+    def stop_path(self) -> Path:
+        return self.trial_dir / f"stop-job{self.tag}.json"
+
+    def verdict_path(self, node: int) -> Path:
+        return self.trial_dir / f"verdict-job{self.tag}-node{node}.json"
+
+    # -- node 0
+
+    def decide(self, reason: str) -> None:
+        """Node 0: the trial stops, for every node. Written before node 0 stops its own ranks, so a node whose
+        ranks die of that stop finds the decision there when its command ends."""
+        if self.node != 0 or self.stop_path.exists():
+            return
+        self.decided_at = time.time()
+        atomic_write_text(self.stop_path, json.dumps({"reason": reason, "at": self.decided_at}) + "\n")
+
+    def failed_peer(self) -> Verdict | None:
+        """Node 0, while its command runs: a node whose command ended in failure (its ranks may hang on it)."""
+        now = time.monotonic()
+        if now - self._peer_read_at < PEER_READ_EVERY_S:
+            return None
+        self._peer_read_at = now
+        return next((v for v in self.verdicts().values() if v.failed and not v.saw_stop), None)
+
+    def verdicts(self) -> dict[int, Verdict]:
+        found: dict[int, Verdict] = {}
+        for node in range(1, self.nodes):
+            try:
+                data = json.loads(self.verdict_path(node).read_text())
+                found[node] = Verdict(**{k: data[k] for k in Verdict.__dataclass_fields__ if k in data})
+            except (OSError, ValueError, TypeError, KeyError):
+                continue  # not there yet (written atomically: unreadable means not yet)
+        return found
+
+    def wait_for_verdicts(self, timeout: float = VERDICT_WAIT_S) -> dict[int, Verdict]:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.verdicts()
+            if len(found) >= self.nodes - 1 or time.monotonic() > deadline:
+                return found
+            time.sleep(0.2)
+
+    # -- nodes k > 0
+
+    def stop_reason(self) -> str:
+        """Node 0's decision, or "" while it has not decided."""
+        try:
+            return str(json.loads(self.stop_path.read_text()).get("reason") or "stopped by node 0")
+        except FileNotFoundError:
+            return ""
+        except (OSError, ValueError, AttributeError):
+            return "stopped by node 0"
+
+    def report(self, result: TrialResult, stopped: str, ended_at: float) -> Verdict:
+        """Node k: its verdict from its own record of its command, written for node 0."""
+        saw_stop = bool(self.stop_reason())
+        status, error = str(result.status), result.error
+        if stopped or (saw_stop and result.status != OOM):
+            # Ended by node 0's decision (or its ranks died of it): no evidence against the trial. An OOM stays one.
+            status, error = STOPPED, stopped or f"ended after node 0 stopped the trial ({result.error})"
+        elif result.status == Status.OK:
+            status, error = OK, ""
+        verdict = Verdict(node=self.node, host=result.host, status=status, error=error, log=result.log, ended_at=ended_at,
+                          oom_phase=str(result.oom_phase) if result.oom_phase else None, oom_module=result.oom_module, saw_stop=saw_stop)
+        atomic_write_text(self.verdict_path(self.node), json.dumps(asdict(verdict)) + "\n")
+        return verdict
+
+
+def merged(own: TrialResult, verdicts: dict[int, Verdict], nodes: int, *, decided: bool, own_ended_at: float, for_peer: Verdict | None) -> TrialResult:
+    """Node 0's record of the trial from its own record and every other node's verdict: the worst evidence.
+
+    decided: node 0 stopped the trial itself (measured enough, racing, the time limit): what the other nodes'
+    ranks did after that is its doing, an OOM aside. for_peer: the failed node node 0 stopped its own ranks for
+    (its own record is then of that stop, not evidence)."""
+    mine = [] if for_peer is not None else [Verdict(
+        node=0, host=own.host, status=str(own.status), error=own.error, log=own.log, ended_at=own_ended_at,
+        oom_phase=str(own.oom_phase) if own.oom_phase else None, oom_module=own.oom_module,
+    )]
+    everyone = mine + [verdicts[k] for k in sorted(verdicts) if 0 < k < nodes]
+    ooms = [v for v in everyone if v.status == OOM]
+    if ooms:
+        return _filed_as(own, min(ooms, key=lambda v: v.ended_at))
+    if decided:
+        return own
+    failures = [v for v in everyone if v.failed and not v.saw_stop]
+    if not failures:
+        return own if for_peer is None else _filed_as(own, for_peer)
+    # The error that started it: one that does not follow a peer's end, the earliest of those.
+    first = min(failures, key=lambda v: (v.follows_a_peer, v.ended_at))
+    result = _filed_as(own, first)
+    missing = [str(k) for k in range(1, nodes) if k not in verdicts]
+    if missing and result.status != OK:
+        result.error += f" (no verdict came from node(s) {', '.join(missing)} within {VERDICT_WAIT_S:g} s)"
+    return result
+
+
+def _filed_as(own: TrialResult, v: Verdict) -> TrialResult:
+    """Node 0's record, filed as node v's verdict says: its status, error (naming the node) and log."""
+    if v.node == 0:
+        return own
+    return replace(
+        own, status=Status(v.status), oom_phase=OomPhase(v.oom_phase) if v.status == OOM and v.oom_phase else None,
+        oom_module=v.oom_module if v.status == OOM else own.oom_module, error=f"node {v.node} ({v.host}): {v.error}", log=v.log,
+        throughput=None, throughput_low=None, throughput_high=None, step_times_s=[], steps_measured=None, stopped_early="",
+        log_throughput=None,
+    )
+
+
+def first_cause(reason: str, log_tail: str) -> str:
+    """The error that started a crash, where the classifier's line (the last exception) only follows a peer's end.
+
+    Ranks fail in turn: the one that crashed first, then the others in their next collective (gloo's
+    "Connection closed by peer"), so the last exception in a log is often a consequence. The first exception
+    line that neither follows a peer nor only reports a child (a launcher's ChildFailedError) is the cause; the
+    classifier's reason stands where there is none."""
+    from sweep.parsers.classify import _EXCEPTION, _WRAPPER, one_line
+    from sweep.parsers.lines import clean_line
+
+    if not _PEER_CONSEQUENCE.search(reason):
+        return reason
+    for raw in re.split(r"\r\n|\r|\n", log_tail):
+        rank, line = clean_line(raw)
+        line = line.rstrip()
+        if _EXCEPTION.match(line) and not _WRAPPER.search(line) and not _PEER_CONSEQUENCE.search(line):
+            return one_line(line if rank is None else f"rank {rank}: {line}")
+    return reason
+
+
+def describe(verdicts: dict[int, Any]) -> str:
+    """One line per node's verdict, for node 0's log."""
+    return "; ".join(f"node {k} ({v.host}): {v.status}{' ' + v.error if v.error else ''}" for k, v in sorted(verdicts.items()))
