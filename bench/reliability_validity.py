@@ -98,7 +98,7 @@ def more_ranks_than_devices(root: Path):
                            f"global_batch_size={GBS}", "accum=1", "split=1", "trial.time_limit_s=120", "live=false",
                            "search.drift_check=false"], cwd=root, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     row = next(csv.DictReader((sweep_dir / "trials.csv").open()), {}) if (sweep_dir / "trials.csv").exists() else {}
-    line = next((x for x in proc.stdout.splitlines() if "accum=1 split=1: " in x and "started" not in x), "")
+    line = next((x for x in proc.stdout.splitlines() if "accum=1 split=1: rejected" in x or "accum=1 split=1: ok" in x), "")
     return row.get("status") == "rejected", line.split("] ", 1)[-1][:200], row.get("status") == "ok"
 
 
@@ -144,6 +144,98 @@ def growth_late_creep(_: Path):
     return why == "", f"still_growing: {why or 'not growing'}", bool(why)
 
 
+def _default_sweep(root: Path, *args: str, busy: int = 0) -> tuple[subprocess.CompletedProcess, dict]:
+    """`python -m sweep` (the CPU demo) in root, with `busy` spinning loops beside it; (process, recommendation.yaml)."""
+    root.mkdir(parents=True, exist_ok=True)
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    try:
+        proc = subprocess.run([sys.executable, "-m", "sweep", f"hydra.sweep.dir={root / 'sweep'}", *args], cwd=root, capture_output=True,
+                              text=True, timeout=900, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    rec_path = root / "sweep" / "recommendation.yaml"
+    return proc, (yaml.safe_load(rec_path.read_text()) or {}) if rec_path.exists() else {}
+
+
+def warm_worker_killed_after_an_oom(root: Path):
+    """Case 2: the demo's worker runs accum=2 split=1 (an encoder OOM in its log), then accum=4 split=2 is SIGKILLed with
+    its worker: read from the worker's whole log it was an OOM (accum=2's), which pruned every smaller accum."""
+    import signal
+    import time
+
+    from test_warm_workers import running_worker
+
+    root.mkdir(parents=True, exist_ok=True)
+    sweep_dir = root / "sweep"
+    with (root / "out.txt").open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "sweep", f"hydra.sweep.dir={sweep_dir}", "search.drift_check=false", "search.racing=false",
+                                 "search.max_trials=4", "trial.measure_steps=12", "trial.max_measure_steps=12"], cwd=root, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    deadline = time.monotonic() + 300
+    state = None
+    while time.monotonic() < deadline and proc.poll() is None and state is None:
+        found = running_worker(sweep_dir)
+        state = found if found and found["trial_dir"].endswith("accum4_split2") else None
+        time.sleep(0.1)
+    if state is None:
+        proc.kill()
+        return False, "accum=4 split=2 never ran in a warm worker", False
+    os.kill(state["pid"], signal.SIGKILL)
+    proc.wait(timeout=300)
+    rows = {(int(r["accum"]), int(r["split"])): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+    killed = rows.get((4, 2), {})
+    rec_path = sweep_dir / "recommendation.yaml"
+    rec = (yaml.safe_load(rec_path.read_text()) or {}) if rec_path.exists() else {}
+    wrong = killed.get("status") == "oom" or (rec.get("accum"), rec.get("split")) == (4, 2)
+    line = next((x.split("] ", 1)[-1] for x in (root / "out.txt").read_text().splitlines() if "accum=4 split=2: failed" in x), "")
+    return killed.get("status") == "failed" and "no sign of running out of memory" in killed.get("reason", ""), line[:230], wrong
+
+
+def ctrl_c_in_the_drift_check(root: Path):
+    """Also found: Ctrl-C during the drift check exited 0 and wrote `done`; a resume never finished the check. Two
+    close pairs, then a drift check whose re-timing waits (tests/test_drift.py's script) while Ctrl-C reaches the group."""
+    import json
+    import signal
+    import time
+
+    from test_drift import _retiming_sweep
+
+    root.mkdir(parents=True, exist_ok=True)
+    args, env, sweep_dir = _retiming_sweep(root)
+    with (root / "out.txt").open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and not (root / "retiming").exists():
+        time.sleep(0.05)
+    if proc.poll() is not None:
+        return False, f"the sweep ended (exit {proc.poll()}) before its drift check's re-timing started", False
+    os.killpg(proc.pid, signal.SIGINT)
+    code = proc.wait(timeout=120)
+    last = (root / "out.txt").read_text().strip().splitlines()[-1]
+    state = json.loads((sweep_dir / "sweep.json").read_text())["state"]
+    (root / "go").touch()
+    resumed = subprocess.run([sys.executable, "-m", "sweep", f"resume={sweep_dir}"], cwd=root, capture_output=True, text=True, timeout=600,
+                             stdin=subprocess.DEVNULL, env=env)
+    finished = any(x.startswith(("drift check: re-timed", "drift: re-timed")) for x in resumed.stdout.splitlines())
+    promised = code == 130 and state == "interrupted" and "drift check was cut short" in last and resumed.returncode == 0 and finished
+    return promised, f"exit {code}, sweep.json {state!r}: {last[:150]}...; the resume finished the check: {finished}", False
+
+
+def busy_box_default_sweeps(root: Path):
+    """Case 6: three default sweeps beside two spinning loops either agree or all stay at 80 or below."""
+    answers = []
+    for i in range(3):
+        proc, rec = _default_sweep(root / f"s{i}", busy=2)
+        answers.append((rec.get("accum"), rec.get("split"), int(rec.get("confidence") or 0)))
+    agree = len({(a, s) for a, s, _ in answers}) == 1
+    honest = agree or all(c <= CONFIDENT for _, _, c in answers)
+    seen = ", ".join(f"accum={a} split={s} at {c}" for a, s, c in answers)
+    return honest and all(a for a, _, _ in answers), f"{seen}: {'the same answer' if agree else 'different answers'}", not honest
+
+
 CASES = [
     Case("cold_first_trial", cold_first_trial),
     Case("caught_oom_and_ignored_accumulation", caught_oom_and_ignored_accum),
@@ -151,6 +243,9 @@ CASES = [
     Case("per_micro_batch_log_figure", per_micro_batch_log_figure),
     Case("one_step_scored_as_measured", one_step_confidence),
     Case("growth_early_rise_late_creep", growth_late_creep),
+    Case("warm_worker_killed_after_an_oom", warm_worker_killed_after_an_oom),
+    Case("ctrl_c_in_the_drift_check", ctrl_c_in_the_drift_check),
+    Case("busy_box_three_default_sweeps", busy_box_default_sweeps),
 ]
 
 

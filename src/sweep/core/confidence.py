@@ -251,7 +251,7 @@ def confidence_score(
     results = scored(results)
     p = leader_probability(results, run_to_run)
     if p is None:
-        return None
+        return 0 if cut_short else None  # pairs ran ok, none measured in full yet: no evidence for any answer
     for _, q in open_pairs(candidates, results, predicted_oom):
         p *= 1.0 - q
     # A pair that fit but was cut short on a step or two, and that no pair measured in full outranks, may be the
