@@ -20,9 +20,9 @@ helpers, tests/faultlib.py) and counts, rather than asserts, what happened:
   results lost      finished results that disappeared or changed after a kill or a fault
   wrong answers     outcomes that would steer the search at confidence: a kill called an OOM
     given with      without evidence, an OOM line beating the real error, a figure that is not
-    confidence      the training throughput, a non-finite figure reaching the score (issue 30's
-                    named cases, bench/reliability_issue30.py, each printed with what the user sees),
-                    a figure that did not measure the pair asked (issue 43's cases, bench/reliability_validity.py)
+    confidence      the training throughput, a non-finite figure reaching the score (the
+                    named cases, bench/reliability_evidence.py, each printed with what the user sees),
+                    a figure that did not measure the pair asked (bench/reliability_validity.py)
 
 Exits 1 if any result was lost, any trial ran twice, or any scenario did not behave.
 
@@ -48,7 +48,7 @@ import faultlib as F  # noqa: E402
 class Tally:
     def __init__(self) -> None:
         self.kills = self.faults = self.bad_inputs = self.lost = self.interrupts = self.refused = 0
-        self.wrong_confident = 0  # outcomes that would steer the search wrongly at confidence (see reliability_issue30.py)
+        self.wrong_confident = 0  # outcomes that would steer the search wrongly at confidence (see reliability_evidence.py)
         self.problems: list[str] = []
         self.skipped: list[str] = []
 
@@ -233,22 +233,22 @@ def bad_inputs(root: Path, t: Tally) -> None:
     print(f"bad inputs: {len(B.CASES)} cases, each one line, exit 2, nothing written")
 
 
-# -- issue 30 (helper `faults`): wrong answers, odd logs, bad figures, paths; cases in reliability_issue30.py --
+# -- evidence: what a status rests on (wrong answers, odd logs, bad figures, paths); cases in reliability_evidence.py --
 
-def issue30(root: Path, t: Tally) -> None:
-    import reliability_issue30 as R
+def evidence(root: Path, t: Tally) -> None:
+    import reliability_evidence as R
 
-    print("issue 30 cases (what the user now sees):")
-    r = R.run_issue30(root)
+    print("evidence cases (what the user now sees):")
+    r = R.run_evidence(root)
     t.faults += r.faults
     t.bad_inputs += r.bad_inputs
     t.lost += r.lost
     t.wrong_confident += r.wrong_confident
-    t.problems += [f"issue 30: {p}" for p in r.problems]
-    print(f"issue 30: {len(R.CASES)} cases, {len(r.problems)} not as promised, {r.wrong_confident} wrong answers given with confidence")
+    t.problems += [f"evidence: {p}" for p in r.problems]
+    print(f"evidence: {len(R.CASES)} cases, {len(r.problems)} not as promised, {r.wrong_confident} wrong answers given with confidence")
 
 
-# -- end of the issue 30 block --------------------------------------------------------------------------------
+# -- end of the evidence block -------------------------------------------------------------------------------
 
 
 def validity(root: Path, t: Tally) -> None:
@@ -323,7 +323,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[7, 2024], help="one kill campaign per seed")
     ap.add_argument("--skip-bad-input", action="store_true")
     ap.add_argument("--noisy-sweeps", type=int, default=5, help="sweeps of the noisy-host case (0 skips it)")
-    ap.add_argument("--only", nargs="+", metavar="GROUP", help="run only these groups: kills faults other launches interrupts reruns issue30 validity noisy bad_inputs")
+    ap.add_argument("--only", nargs="+", metavar="GROUP", help="run only these groups: kills faults other launches interrupts reruns evidence validity noisy bad_inputs")
     args = ap.parse_args()
     t = Tally()
     t0 = time.monotonic()
@@ -333,7 +333,7 @@ def main() -> int:
             "kills": lambda: kills(root / "kills", args.seeds, t), "faults": lambda: failing_trials(root / "faults", t),
             "other": lambda: other_faults(root, t), "launches": lambda: launches(root / "launches", t),
             "interrupts": lambda: interrupts(root / "interrupts", t), "reruns": lambda: reruns_refused(root / "reruns", t),
-            "issue30": lambda: issue30(root / "issue30", t), "validity": lambda: validity(root / "validity", t),
+            "evidence": lambda: evidence(root / "evidence", t), "validity": lambda: validity(root / "validity", t),
         }
         if args.noisy_sweeps:
             groups["noisy"] = lambda: noisy_hosts(root / "noisy", t, args.noisy_sweeps)

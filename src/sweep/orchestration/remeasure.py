@@ -17,19 +17,16 @@ the provisional one and runs it again.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from sweep.core.decision import provisional_contenders
 from sweep.core.measure import PROGRESS_FILE
 from sweep.core.schema import RESULT_FILE, trial_dir
-
-if TYPE_CHECKING:
-    from sweep.orchestration.orchestrator import Orchestrator
+from sweep.orchestration.sweep_state import SweepState
 
 PROVISIONAL_FILE = "provisional.json"  # in the trial dir: the provisional record a full re-run replaced
 
 
-def run_in_full(orch: Orchestrator) -> bool:
+def run_in_full(orch: SweepState) -> bool:
     """Submit again, in full, each provisional pair that may be the answer; whether any was.
 
     Not in a screening sweep (plan.nominates_only): a screening row is never the answer, and its

@@ -16,7 +16,7 @@ import time
 from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sweep.core.confidence import leader_probability
 from sweep.core.drift import Drift, Retimed, drift
@@ -26,10 +26,8 @@ from sweep.core.run_to_run import Repeat
 from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, trial_dir
 from sweep.launch import backend as backends
 from sweep.orchestration.stopping import Interrupted
+from sweep.orchestration.sweep_state import SweepState
 from sweep.records import check_record_place, read_trial_record
-
-if TYPE_CHECKING:
-    from sweep.orchestration.orchestrator import Orchestrator
 
 RETIME_DIR = "retime"  # beside trials/: re-timings are not trials of the sweep's search
 PAIRS = 2  # the leader and the runner-up: the pairs the answer turns on
@@ -55,7 +53,7 @@ def pairs_to_retime(results: dict[str, TrialResult]) -> list[TrialResult]:
     return roomy[:PAIRS] if sure is not None and sure < 0.95 else []
 
 
-def check_drift(orch: Orchestrator, assumed: float) -> Drift | None:
+def check_drift(orch: SweepState, assumed: float) -> Drift | None:
     """Re-time the pairs one after another (they would share the device otherwise) and measure the drift.
 
     None when no pair can be re-timed or no re-timing ran ok. A re-timing that ended after every trial (an
@@ -102,7 +100,7 @@ def _newest_record(sweep_dir: Path, results: dict[str, TrialResult]) -> float:
     return newest
 
 
-def _earlier(orch: Orchestrator, first: TrialResult, after: float) -> TrialResult | None:
+def _earlier(orch: SweepState, first: TrialResult, after: float) -> TrialResult | None:
     """The pair's re-timing from an earlier run of this sweep where it ended (cancelled: cut short) after every trial
     record, under the same settings; None where the check owes it."""
     tdir = retime_dir(orch.plan.sweep_dir, first.key)
@@ -121,7 +119,7 @@ def _repeat(r: TrialResult) -> Repeat:
     return Repeat(float(r.throughput or 0.0), r.throughput_low, r.throughput_high)
 
 
-def _retime(orch: Orchestrator, first: TrialResult, job: Any = None) -> TrialResult:
+def _retime(orch: SweepState, first: TrialResult, job: Any = None) -> TrialResult:
     """One brief re-run of the pair through the sweep's executor (or `job`, one an earlier run left running); its record.
 
     The job is held in orch.retimings while it runs, so that every way out (a stop, a full disk) ends it."""
@@ -159,7 +157,7 @@ def _retime(orch: Orchestrator, first: TrialResult, job: Any = None) -> TrialRes
     return ended_job_result(job, spec, tdir, timed_out=timed_out, cancelled=False, wall_s=time.monotonic() - started)
 
 
-def reattach_retimings(orch: Orchestrator) -> None:
+def reattach_retimings(orch: SweepState) -> None:
     """The re-timing jobs an earlier run of this sweep left running (killed in its drift check): held in orch.retimings,
     where the drift check waits for them, a new trial's start ends them (they would share its device), and so does a stop."""
     folder = str(orch.plan.launcher["submitit_folder"])
@@ -172,7 +170,7 @@ def reattach_retimings(orch: Orchestrator) -> None:
             orch.display.log(f"re-attached to running re-timing job {job.job_id} for accum={cand.accum} split={cand.split} (an earlier run's drift check)")
 
 
-def end_retimings(orch: Orchestrator, keep: Collection[str] = (), why: str = "") -> bool:
+def end_retimings(orch: SweepState, keep: Collection[str] = (), why: str = "") -> bool:
     """Stop the held re-timing jobs (but `keep`'s) and wait for them to end, up to 10 s or a second Ctrl-C; whether all did.
     why: the log line's reason, for re-timings an earlier run left (none: a stop, which the stop line reports)."""
     ending = {key: job for key, job in orch.retimings.items() if key not in keep}
@@ -189,7 +187,7 @@ def end_retimings(orch: Orchestrator, keep: Collection[str] = (), why: str = "")
     return all(job.done() for job in ending.values())
 
 
-def cut_short(orch: Orchestrator, left_running: bool) -> str:
+def cut_short(orch: SweepState, left_running: bool) -> str:
     """What the stop line says when a stop came during the drift check: every trial had finished, the re-timing that
     was stopped (or left running), those not reached. The resume finishes the check (check_drift)."""
     current = orch.drift_left[0] if orch.drift_left else None

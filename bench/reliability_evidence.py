@@ -1,4 +1,4 @@
-"""bench_reliability's issue-30 cases (helper `faults`): wrong answers, odd logs, bad figures, paths.
+"""bench_reliability's evidence cases: what a status rests on (wrong answers, odd logs, bad figures, paths).
 
 Each case runs the real thing (python -m sweep, the real parsers and classifier on real-format logs,
 tqdm rendering its own bars) and reports what the user now sees, one line, and whether that is what
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 
 @dataclass
-class Issue30Tally:
+class EvidenceTally:
     faults: int = 0  # injected faults and odd logs
     bad_inputs: int = 0  # refusals expected in one line, exit 2
     lost: int = 0  # results that disappeared
@@ -337,8 +337,8 @@ CASES = [
 # parser_tokens_per_sample_inf, launcher_newline, launcher_key_newline.
 
 
-def run_issue30(root: Path, log: Callable[[str], None] = print) -> Issue30Tally:
-    t = Issue30Tally()
+def run_evidence(root: Path, log: Callable[[str], None] = print) -> EvidenceTally:
+    t = EvidenceTally()
     for case in CASES:
         where = root / case.name
         where.mkdir(parents=True)
@@ -362,11 +362,11 @@ def run_issue30(root: Path, log: Callable[[str], None] = print) -> Issue30Tally:
 if __name__ == "__main__":
     import tempfile
 
-    root = Path(tempfile.mkdtemp(prefix="bench_issue30_"))
+    root = Path(tempfile.mkdtemp(prefix="bench_evidence_"))
     try:
-        tally = run_issue30(root)
+        tally = run_evidence(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"issue 30 cases: faults {tally.faults}, bad inputs {tally.bad_inputs}, results lost {tally.lost}, "
+    print(f"evidence cases: faults {tally.faults}, bad inputs {tally.bad_inputs}, results lost {tally.lost}, "
           f"wrong answers given with confidence {tally.wrong_confident}, not as promised {len(tally.problems)}")
     sys.exit(1 if tally.problems or tally.wrong_confident or tally.lost else 0)
