@@ -127,6 +127,13 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("run_to_run_noise_text", cmd("machine.run_to_run_noise=high"), ["machine.run_to_run_noise", "'high'"]),
     ("max_trials_zero", cmd("search.max_trials=0"), ["search.max_trials=0", "positive integer"]),
     ("max_in_flight_zero", cmd("max_in_flight=0"), ["max_in_flight=0", "positive integer"]),
+    # A stress step no trial reaches: no pair could ever stop ahead (the built-in workload's key).
+    ("stress_step_past_every_trial", ["workload.stress_step=100000", "global_batch_size=64"],
+     ["workload.stress_step=100000", "expected a step in [0, 33]", "trial.max_measure_steps=32"]),
+    # The command workload's parser replaced as a mapping: the hint names the command workload's way, not the RNN-T's keys.
+    ("command_parser_as_a_mapping", cmd("workload.parser={type: regex, pattern: 'x(?P<throughput>[0-9]+)'}"),
+     ["workload.parser.pattern", "+workload.parser.pattern=..."]),
+    ("command_unknown_key", cmd("workload.bogus=1"), ["workload.bogus", "valid keys under workload: name, argv, env, cwd, parser"]),
     # -- the command workload: parser, template, executable
     ("unknown_parser", cmd("workload.parser.type=csv"), ["parser.type='csv'", "jsonl, myrtle, regex"]),
     ("parser_missing_pattern", cmd("workload.parser.type=regex"), ["parser.type='regex'", "needs pattern"]),

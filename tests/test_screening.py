@@ -42,6 +42,19 @@ def test_screening_modes():
         screens("sometimes", 8)
 
 
+def test_yaml_on_and_off_mean_the_words_they_spell(tmp_path):
+    """`screen: on` in a YAML file (as docs/gpus.md spells the values) is a boolean to YAML 1.1, 'True' to the schema."""
+    from sweep.core.config import MachineConfig
+    from sweep.errors import SweepError
+    from sweep.orchestration.config_checks import resolved_screen
+
+    two = MachineConfig(device="cpu", num_devices=2)
+    assert resolved_screen(True, two) and resolved_screen("True", two) and not resolved_screen("False", two)
+    assert not resolved_screen(False, two) and resolved_screen("on", two)
+    with pytest.raises(SweepError, match="search.screen='sometimes' is not valid"):
+        resolved_screen("sometimes", two)
+
+
 def _ok(accum: int, times: list[float], tight: bool = False) -> TrialResult:
     mid, low, high = throughput_summary(times, 64)
     return TrialResult(accum=accum, split=1, per_device_batch=64 // accum, joint_batch=64 // accum, global_batch_size=64, num_devices=1,

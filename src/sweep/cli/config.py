@@ -10,10 +10,12 @@ from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialCon
 __all__ = ["MachineConfig", "SearchConfig", "SweepConfig", "TrialConfig", "register_configs", "schema_levels"]
 
 
-def schema_levels() -> list[tuple[str, type]]:
-    """(config path, schema) for every typed level a key can be missing from."""
+def schema_levels(workload: str | None = None) -> list[tuple[str, type]]:
+    """(config path, schema) for every typed level a key can be missing from; workload: the one chosen (its
+    schema first under `workload`), else every workload's."""
     levels: list[tuple[str, type]] = [("", SweepConfig), ("machine", MachineConfig), ("trial", TrialConfig), ("search", SearchConfig)]
-    return levels + [("workload", w.schema) for w in workloads.REGISTRY.values()]
+    chosen = [w for w in workloads.REGISTRY.values() if w.name == workload]
+    return levels + [("workload", w.schema) for w in chosen or workloads.REGISTRY.values()]
 
 
 def register_configs() -> None:

@@ -264,9 +264,12 @@ def _key_hint(line: str) -> str:
 
     from sweep.cli.config import schema_levels
 
-    levels = schema_levels()
+    levels = schema_levels(_chosen_workload(sys.argv[1:]))
     named = re.search(r"Key '[^']+' (?:is )?not in '(\w+)'", line)  # the schema the key is missing from
-    m = named or re.search(r"Could not override '([^']+)'", line) or re.search(r"Key '([^']+)' is not in struct", line)
+    # "Could not override 'workload.parser'; workload.parser.pattern: Key 'pattern' is not in struct": the full key
+    # is the one after the override, a key inside the mapping the override replaced.
+    full = re.search(r"([\w.]+\.\w+): Key '[^']+' is not in struct", line)
+    m = named or full or re.search(r"Could not override '([^']+)'", line) or re.search(r"Key '([^']+)' is not in struct", line)
     if not m:
         return ""
     if named:
@@ -280,6 +283,17 @@ def _key_hint(line: str) -> str:
         return f"; {parent} takes any key, added with a +: +{key}=..." if parent and "." in key else ""
     names = ", ".join(f.name for f in fields(schema))
     return f"; valid keys{' under ' + parent if parent else ''}: {names}"
+
+
+def _chosen_workload(args: list[str]) -> str:
+    """The workload the command line picks (workload=NAME; a +sweep= preset other than the RNN-T's is a command's),
+    so a key hint lists that workload's keys, not the default's."""
+    for arg in args:
+        if arg.startswith("workload="):
+            return arg.split("=", 1)[1]
+    if any(a.startswith(("+sweep=", "sweep=")) and not a.split("=", 1)[1].startswith("rnnt") for a in args):
+        return "command"
+    return "rnnt"
 
 
 if __name__ == "__main__":

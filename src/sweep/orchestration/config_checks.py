@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig
@@ -111,6 +112,8 @@ def resolved_screen(mode: Any, machine: MachineConfig) -> bool:
     """search.screen resolved: auto screens CUDA sweeps of more than one device; on screens any."""
     from sweep.core.screening import SCREEN_MODES, screens
 
+    # YAML 1.1 reads `screen: on` / `off` (as docs/gpus.md spells them) as booleans, which the str schema makes 'True'/'False'.
+    mode = {True: "on", False: "off", "True": "on", "False": "off"}.get(mode, mode) if isinstance(mode, (bool, str)) else mode
     if mode not in SCREEN_MODES:
         raise SweepError(f"search.screen={mode!r} is not valid: expected one of {', '.join(SCREEN_MODES)}")
     if mode == "auto" and machine.device != "cuda":
@@ -155,3 +158,19 @@ def check_trial(trial: TrialConfig) -> None:
     margin = trial.memory_margin
     if not is_number(margin) or not 0 <= margin < 0.5:
         raise SweepError(f"trial.memory_margin={margin!r} is not valid: expected a fraction of device memory in [0, 0.5), e.g. 0.1, or null for the device's default")
+
+
+def check_stress_step(workload: Any, trial: TrialConfig, arguments: Sequence[str]) -> None:
+    """A stress step the user sets (the built-in RNN-T's worst batch, repeated) must be a step some trial runs: past
+    the last one (trial.warmup_steps + trial.max_measure_steps - 1), no pair could ever stop ahead of its rivals.
+    The default (9: the last step of the default trial) is left alone under other trial settings: past a shorter
+    trial's end, its pairs are measured to their own end, which costs steps but misleads no one."""
+    step = getattr(workload, "stress_step", None)
+    if step is None or not any(a.lstrip("+~").startswith("workload.stress_step=") for a in arguments):
+        return
+    last = int(trial.warmup_steps) + int(trial.max_measure_steps) - 1
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= last:
+        raise SweepError(
+            f"workload.stress_step={step!r} is not valid: expected a step in [0, {last}] (trial.warmup_steps={trial.warmup_steps} "
+            f"+ trial.max_measure_steps={trial.max_measure_steps} - 1 is every trial's last), e.g. {min(9, last)}"
+        )

@@ -29,6 +29,7 @@ from sweep.orchestration.config_checks import (
     check_launcher_text,
     check_machine,
     check_no_schema_choice,
+    check_stress_step,
     check_trial,
     launcher_node,
     plain,
@@ -174,6 +175,7 @@ def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
     # Resolved before the fingerprint, so that a sweep records (and a rerun compares) the margin it used.
     trial = replace(trial, memory_margin=memory_margin(trial, machine))
     check_trial(trial)
+    check_stress_step(workload, trial, arguments)
     context = workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=bool(cfg.dry_run), device=str(machine.device))
     workload_kind.validate(workload, context)
     if not workload_kind.splits_apply(workload):
