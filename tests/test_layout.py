@@ -52,11 +52,13 @@ def test_the_core_imports_no_edge_library_in_a_fresh_interpreter() -> None:
     assert len(core_modules()) >= 10  # the walk found the core (space, strategies, confidence, ranking, ...)
 
 
-def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
-    """The sweep modules `module` imports at import time or inside functions (TYPE_CHECKING blocks excluded)."""
+def imports_of(module: str, path: Path, known: set[str], type_checking_too: bool = False) -> set[str]:
+    """The sweep modules `module` imports at import time or inside functions (TYPE_CHECKING blocks excluded unless
+    type_checking_too)."""
     tree = ast.parse(path.read_text())
-    type_checking = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-                     for body in node.body for n in ast.walk(body)}
+    type_checking = set() if type_checking_too else {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for body in node.body for n in ast.walk(body)}
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
@@ -113,6 +115,23 @@ def test_no_import_cycles_among_sweep_modules() -> None:
     graph = import_graph()
     assert graph["sweep.core.ranking"] >= {"sweep.core.schema"}  # the walk sees real edges
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_no_import_cycles_even_for_type_checkers() -> None:
+    """A TYPE_CHECKING import is a dependency a reader follows too: orchestrator.py drove remeasure.py and retime.py,
+    which imported Orchestrator back for their annotations (a circle the picture of the house showed); they now see
+    the running sweep through orchestration/sweep_state.SweepState."""
+    mods = modules()
+    graph = {m: imports_of(m, p, set(mods), type_checking_too=True) for m, p in mods.items()}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_the_core_type_checks_strictly() -> None:
+    """mypy --strict on src/sweep/core ([tool.mypy] in pyproject.toml): the pure core is typed end to end."""
+    pytest.importorskip("mypy", reason="mypy not installed (pip install -e .[test])")
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--config-file", str(SRC.parent / "pyproject.toml")],
+                          capture_output=True, text=True, timeout=300, cwd=SRC.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(

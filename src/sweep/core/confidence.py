@@ -79,7 +79,7 @@ _Z = np.linspace(-8.0, 8.0, 161)
 # (core/stats.py's special()): scipy.stats' own import took 0.5 s of CPU (0.9 s on a busy box) in every sweep
 # that scored a finished trial.
 _NORMAL_MAD_SCALE = 0.6744897501960817  # special.ndtri(0.75): scipy.stats.median_abs_deviation's scale="normal", as it writes it
-_trapezoid = getattr(np, "trapezoid", None) or np.trapz  # numpy 2 renamed it; scipy.integrate's is numpy's
+_trapezoid = getattr(np, "trapezoid", None) or getattr(np, "trapz")  # noqa: B009 - numpy 2 renamed it; scipy.integrate's is numpy's
 
 
 @lru_cache(maxsize=1)
@@ -210,7 +210,7 @@ def open_pairs(
     finished = list(results.values())
     ok = [r for r in finished if r.status == OK]
     measured = [(_direction(*_offset(r, lead)), *_offset(r, lead)) for r in ok if r.key != lead_key]
-    gains = [(*_offset(r, lead), math.log(lead.throughput / r.throughput))  # type: ignore[operator]
+    gains = [(*_offset(r, lead), math.log(float(lead.throughput or 0.0) / float(r.throughput or 1.0)))
              for r in ok if r.key != lead_key and r.throughput and lead.throughput]
     out = []
     for c in candidates:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sweep.core.run_to_run import Repeat, estimate_run_to_run
 from sweep.core.stats import special
@@ -78,7 +79,7 @@ class Drift:
         return (f"drift check: re-timed {pairs}: run-to-run noise {self.seen:.1%} seen beyond their own intervals, on {self.dof} "
                 f"degree(s) of freedom: not beyond chance above the {self.assumed:.1%} assumed")
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """recommendation.yaml's `drift` block."""
         return {
             "assumed_noise": round(self.assumed, 6),

@@ -57,8 +57,8 @@ def may_outrun(r: TrialResult, other: TrialResult) -> bool:
     if None in (r.throughput_low, r.throughput_high, other.throughput_low, other.throughput_high):
         return True
     return not cannot_win(
-        (float(r.throughput_low), float(r.throughput_high)),
-        (float(other.throughput_low), float(other.throughput_high)),
+        (float(r.throughput_low or 0.0), float(r.throughput_high or 0.0)),
+        (float(other.throughput_low or 0.0), float(other.throughput_high or 0.0)),
         candidate_steps=len(r.step_times_s),
         leader_steps=len(other.step_times_s),
     )

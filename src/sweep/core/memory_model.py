@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,9 +58,17 @@ RANK_TOLERANCE = 3e-5
 class Pair(Protocol):
     """Anything with batch sizes: a Candidate or a TrialResult."""
 
-    per_device_batch: int
-    joint_batch: int
-    split: int
+    @property
+    def per_device_batch(self) -> int:  # read-only: Candidate and TrialResult are frozen or records
+        raise NotImplementedError
+
+    @property
+    def joint_batch(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def split(self) -> int:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -174,7 +182,7 @@ def fit_memory(obs: Sequence[MemoryObservation], check: bool = True) -> MemoryFi
     for i, o in enumerate(ok):
         # Only the point estimate of the fit without this peak is needed: it may have no error of its own.
         without = fit_memory([p for j, p in enumerate(ok) if j != i] + cens, check=False)
-        x = np.array(features(o))
+        x = np.array(features(o), dtype=float)
         if without is None or not _estimable(without, x):  # the others cannot pin this pair down
             return None
         errors.append(o.peak_gib - float(np.dot(without.coefficients, x)))
@@ -236,7 +244,7 @@ def student_t_quantile(p: float, dof: int) -> float:
     return float(special().stdtrit(dof, p))  # scipy.stats.t.ppf(p, dof)
 
 
-def _least_squares(xs: np.ndarray, ys: np.ndarray):
+def _least_squares(xs: np.ndarray, ys: np.ndarray) -> Any:
     """(coefficients, generalised inverse of X'X, rank, row-space basis, column scale), or None.
 
     Columns are scaled to unit maximum for conditioning; directions the data do not determine
@@ -274,11 +282,11 @@ def _censored_mean(mean: np.ndarray, sigma: float, bound: np.ndarray) -> np.ndar
     """E[peak | peak > bound] for peak ~ Normal(mean, sigma): an OOM's expected true peak."""
     mean, bound = np.asarray(mean, dtype=float), np.asarray(bound, dtype=float)
     if sigma <= 0:
-        return np.maximum(mean, bound)
+        return np.asarray(np.maximum(mean, bound), dtype=float)
     alpha = (bound - mean) / sigma
     # The inverse Mills ratio pdf/sf; in the far tail, its asymptote alpha + 1/alpha (so the
     # expectation is bound + sigma/alpha), where pdf and sf both underflow.
     far = alpha > 30.0
     safe = np.where(far, 0.0, alpha)
     mills = np.where(far, alpha + 1.0 / np.where(far, alpha, 1.0), normal_pdf(safe) / special().ndtr(-safe))  # norm.pdf / norm.sf
-    return mean + sigma * mills
+    return np.asarray(mean + sigma * mills, dtype=float)

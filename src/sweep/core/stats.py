@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from functools import lru_cache
 from statistics import median
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ __all__ = ["Z95", "interval_se", "median", "median_interval_coverage", "median_i
 Z95 = 1.96  # a 95% interval's half-width in standard errors, as every figure here has rounded it
 
 
-def special():
+def special() -> Any:
     """scipy.special, imported on first use. A process that caps its address space (a CPU trial:
     workloads/rnnt/runner.py) calls this before the cap: imported under it, scipy failed to map its openblas."""
     import scipy.special

@@ -345,4 +345,5 @@ def make_strategy(
     if capacity_gib is not None and (isinstance(capacity_gib, bool) or not isinstance(capacity_gib, (int, float)) or capacity_gib <= 0):
         raise ValueError(f"memory capacity={capacity_gib!r} GiB is not valid: expected a positive number or None")
     extra = {"spare_retry": True} if spare_retry and cls is Staircase else {}
-    return cls(candidates, max_trials, capacity_gib=capacity_gib, trust_memory_model=bool(trust_memory_model), **extra)
+    strategy: Strategy = cls(candidates, max_trials, capacity_gib=capacity_gib, trust_memory_model=bool(trust_memory_model), **extra)
+    return strategy

@@ -239,7 +239,9 @@ def sweep_table(
     if marks:
         columns.append(Column("mark", lambda r: " ".join(r.marks), right=False))
 
-    pair = (lambda r: f"accum={r.accum} split={r.split}") if show_split else (lambda r: f"accum={r.accum}")
+    def pair(r: Any) -> str:
+        return f"accum={r.accum} split={r.split}" if show_split else f"accum={r.accum}"
+
     notes = tuple(f"{pair(r)} {status_cell(r)}: {r.note}" for r in shown if r.note)
 
     legend = []
