@@ -1,7 +1,7 @@
 """A tiny torch.compile'd trainer for the probe's tests (tests/test_probe_compile.py), on the CPU.
 
---how module|method|function: torch.compile(model), model.compile(), or torch.compile of the whole step's
-forward. --backend: dynamo's backend (eager: dynamo's tracing and guards, no code generation, so it is quick).
+--how module|method|function|optimize: torch.compile(model), model.compile(), torch.compile of the whole
+step's forward, or torch._dynamo.optimize(backend)(model). --backend: dynamo's backend (eager: dynamo's tracing and guards, no code generation, so it is quick).
 --oom-step K: at step K the batch is large enough that the encoder's output cannot be allocated under an
 address-space cap (--cap-mib), inside the compiled code. Prints one JSON line: dynamo's frame and recompile
 counts, its warnings, and the step times.
@@ -31,7 +31,7 @@ class Net(nn.Module):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--how", choices=["module", "method", "function"], default="module")
+    p.add_argument("--how", choices=["module", "method", "function", "optimize"], default="module")
     p.add_argument("--backend", default="eager")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--oom-step", type=int, default=-1)
@@ -44,8 +44,10 @@ def main() -> None:
     elif args.how == "method":
         net.compile(backend=args.backend)
         model = net
-    else:
+    elif args.how == "function":
         model = torch.compile(lambda x: net(x), backend=args.backend)
+    else:  # dynamo's own entry point, not torch.compile
+        model = torch._dynamo.optimize(args.backend)(net)
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     if args.oom_step >= 0:
         size = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024

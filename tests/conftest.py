@@ -20,7 +20,7 @@ SHARED_MODULE_FIXTURES = {
 }
 # Modules that fork scripts from the torch fork server (sweep_run.forked_python): on one worker, one server imports
 # torch and torch._dynamo (3.3 s of CPU) for all of them, rather than one on every worker.
-TORCH_SERVER_MODULES = ("test_probe.py", "test_probe_inprocess.py", "test_sweep_run.py", "test_trial.py")
+TORCH_SERVER_MODULES = ("test_probe.py", "test_probe_compile.py", "test_probe_inprocess.py", "test_sweep_run.py", "test_trial.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -471,20 +471,21 @@ def _lightning_postfix(value: float) -> str:
 
 def test_nemo_asr_bars_with_step_timing_and_no_step_number_keep_every_figure() -> None:
     """NeMo ASR on plain Lightning: TimingCallback's `train_step_timing in s` in TQDMProgressBar's postfix,
-    no global_step. 36 of 37 figures were dropped and one kept as an "epoch average"."""
+    no global_step. 36 of 37 figures were dropped and one kept as an "epoch average". Every bar is read, by
+    its rate (issue 45: the callback's time leaves out the loading between batches; the bar's rate does not)."""
     tqdm = pytest.importorskip("tqdm")
     times = [0.9 + (i % 5) / 100 for i in range(37)]
     lines = [
-        tqdm.tqdm.format_meter(i + 1, 300, sum(times[: i + 1]), prefix="Epoch 0",
+        tqdm.tqdm.format_meter(i + 1, 300, sum(times[: i + 1]), prefix="Epoch 0", rate=1 / t,
                                postfix=f"v_num=0, train_step_timing in s={_lightning_postfix(t)}")
         for i, t in enumerate(times)
     ]
     found = parse_all({"type": "lightning"}, ("\r".join(lines) + "\n").encode())
-    assert [m.step for m in found] == list(range(1, 38)) and {m.unit for m in found} == {"s/batch"}
+    assert [m.step for m in found] == list(range(1, 38)) and {m.unit for m in found} == {"batches/s"}
     s = parser_settings({"type": "lightning"}).summarize(found, global_batch_size=64, accum=2)
     assert s.measured == 37 - 3 and s.warmup == 3 and "per-step" in s.note
-    # s per micro-batch: 64 / 2 samples in each
-    assert s.value == pytest.approx(32 / sorted(times[3:])[len(times[3:]) // 2], rel=1e-3)
+    # micro-batches per s: 64 / 2 samples in each (the bar rounds its rate to 3 digits)
+    assert s.value == pytest.approx(32 / sorted(times[3:])[len(times[3:]) // 2], rel=1e-2)
 
 
 def test_tqdm_bars_without_a_width_are_read() -> None:
@@ -496,7 +497,7 @@ def test_tqdm_bars_without_a_width_are_read() -> None:
     assert (m.value, m.unit, m.step) == (4.58, "steps/s", 60)
     nemo = tqdm.tqdm.format_meter(12, 300, 13.1, ncols=0, prefix="Epoch 1", postfix="v_num=0, train_step_timing in s=1.090")
     (n,) = parse_all({"type": "lightning"}, (nemo + "\n").encode())
-    assert (n.value, n.unit, n.step, n.epoch) == (1.09, "s/batch", 12, 1)
+    assert (n.value, n.unit, n.step, n.epoch) == (1.09, "s/batch", 12, 1)  # the bar's own `1.09s/it`
 
 
 def test_hf_eval_on_start_bar_is_not_read_as_training(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ end of this one (as the probe measures), `step` counting this process's optimize
 
 Each test script calls `StepTimesFile.mark(step)` from a hook of its framework's own (a Trainer callback, a
 Lightning callback); the file is `$STEP_TIMES_FILE.rank<R>.jsonl`, the tests setting STEP_TIMES_FILE per trial
-through workload.env's placeholders. Standard library only: the scripts import it beside their framework.
+through workload.env's placeholders; without it, `step_times.rank<R>.jsonl` in the trial's own dir
+(`$SWEEP_TRIAL_DIR`, which sweep gives every command: a drift check's re-timing keeps its own), else in the
+working dir. Standard library only: the scripts import it beside their framework.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 
 class StepTimesFile:
     def __init__(self, rank: int) -> None:
-        stem = os.environ.get("STEP_TIMES_FILE", "step_times")
+        stem = os.environ.get("STEP_TIMES_FILE") or os.path.join(os.environ.get("SWEEP_TRIAL_DIR", ""), "step_times")
         os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
         self.rank = rank
         self.file = open(f"{stem}.rank{rank}.jsonl", "w", buffering=1)  # line-buffered: a killed trial keeps its steps

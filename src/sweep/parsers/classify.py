@@ -119,7 +119,11 @@ _DEVICE_OOM = re.compile(
     r"|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
     r"|^(?:[A-Za-z_][\w.]*\.)?_?\w*MemoryError\b"  # Python's MemoryError, numpy's _ArrayMemoryError
     r"|Cuda failure (?:\d+ )?'?out of memory|Failed to CUDA calloc"  # NCCL's WARN, old and new (with the code)
-    r"|RESOURCE_EXHAUSTED: Out of memory|ResourceExhaustedError",
+    r"|RESOURCE_EXHAUSTED: Out of memory|ResourceExhaustedError"
+    # Trainers' own words for an OOM they caught (the allocator's message may be elsewhere, or not in the tail):
+    r"|attempting to recover from OOM in forward/backward pass|OOM in all workers, skipping update"  # fairseq
+    r"|Your GPU ran out of memory with the current max_duration setting"  # icefall's pessimistic-batch scan
+    r"|^\s*Current gap: \S*\.\.\.\s*OOM!",  # NeMo's OOMptimizer, for a step it ran out of memory in
     re.IGNORECASE,
 )
 # The host ran out: the kernel's or the cgroup's OOM killer, as the kernel, Slurm or torch report it.
@@ -153,6 +157,7 @@ _CONSEQUENCE = re.compile(
     r"DistBackendError|DistNetworkError|DistStoreError|NCCL (?:error|communicator)|\bnccl\w*Error"
     r"|Watchdog caught collective|ProcessGroup(?:NCCL|Gloo)|\bgloo\b|\[c10d\]"
     r"|Connection (?:closed|reset) by peer|ConnectionResetError|BrokenPipeError|SignalException"
+    r"|gradients are inconsistent between workers"  # fairseq, after the rank that skipped its OOM batch
 )
 _CHAINED = re.compile(
     r"^(?:The above exception was the direct cause of the following exception"

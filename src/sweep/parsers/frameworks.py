@@ -138,13 +138,19 @@ class LightningParser(LineParser):
       train_step_timing in s: 2.505`). NeMo's TimingCallback times each Lightning batch
       (on_train_batch_start to _end). With a global_step (NeMo 2, Megatron-based: a batch is the global
       batch) it is s per optimizer step. Without one (NeMo ASR on plain Lightning, where
-      accumulate_grad_batches feeds micro-batches) it is s per micro-batch, numbered by the bar's count.
+      accumulate_grad_batches feeds micro-batches) the bar beside it is read, as on any Lightning bar: its
+      rate (`1.94it/s`) counts the whole loop, the data loading between batches too, which the callback's
+      time leaves out; only a bar with no rate yet is read by that time, as s per micro-batch.
+    - NeMo's DeltaTimingCallback (NeMo's MLPerf LLM recipes): `Step 12 train_step_timing 0.7812 timestamp: ...`
+      (also written `Step 12: train_step_timing in s=0.78`), the time from one Lightning batch's end to the
+      next: a global batch in those Megatron-based models, so s per optimizer step.
     - Lightning: the `Epoch N:` tqdm bar (TQDMProgressBar) or the rich bar (`Epoch 0/9 ━━ 9/20 0:00:03 •
       0:00:04 2.61it/s`; `Epoch 0/-2` when max_epochs is unset); both count dataloader batches, i.e. micro-batches (batches/s).
     Validation, sanity-check, test and predict bars are not read.
     """
 
     _nemo = re.compile(rf"train_step_timing in s\s*[=:]\s*{_Q}(?P<v>{_NUM})")
+    _delta = re.compile(rf"^\s*Step (?P<step>\d{{1,18}}):? train_step_timing(?: in s)?\s*[=:]?\s*(?P<v>{_NUM})")
     _nemo_step = re.compile(rf"global_step\s*[=:]\s*{_Q}(?P<v>{_NUM})")
     _nemo_iter = re.compile(r"iteration\s+(\d{1,18})\s*/")
     _epoch = re.compile(r"^\s*Epoch (?P<epoch>\d{1,9})(?:/\d+)?\s*:?")
@@ -153,6 +159,10 @@ class LightningParser(LineParser):
     )
 
     def parse_line(self, text: str) -> Measurement | None:
+        d = self._delta.match(text)
+        if d:
+            v = to_float(d.group("v"))
+            return Measurement(v, step=int(d.group("step")), unit=S_PER_STEP, step_time_s=v) if v else None
         n = self._nemo.search(text)
         if n:
             v = to_float(n.group("v"))
@@ -165,9 +175,15 @@ class LightningParser(LineParser):
                 step = int(it.group(1)) if it else None
             unit = S_PER_STEP
             if step is None:
+                r = self._rich.search(text)
+                if r:
+                    return self._bar(r.group("epoch"), r.group("n"), r.group("rate"), r.group("per"))
                 bar = _TQDM.search(text)
                 if bar is None:
                     return None  # no step and no bar: nothing says which batch the time is for
+                e = self._epoch.match(text)
+                if bar.group("rate") is not None and e is not None:
+                    return self._bar(e.group("epoch"), bar.group("n"), bar.group("rate"), bar.group("per"))
                 step, unit = int(bar.group("n")), S_PER_BATCH
             e = re.search(r"\b[Ee]poch\s+(\d{1,9})", text)
             g = re.search(r"global_batch_size\s*[=:]\s*(\d{1,12})\b", text)

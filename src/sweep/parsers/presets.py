@@ -119,7 +119,8 @@ _PRESETS = (
     ),
     Preset(
         "lightning", "Lightning / NeMo", "Lightning TQDMProgressBar/RichProgressBar; NVIDIA/NeMo progress printer",
-        "train_step_timing in s (NeMo), else progress bar it/s (micro-batches)",
+        "train_step_timing in s with a global step (NeMo), Step N train_step_timing (NeMo DeltaTimingCallback), "
+        "else progress bar it/s (micro-batches)",
         (S_PER_STEP, BATCHES_PER_S, S_PER_BATCH), False, 3,
         "data.micro_batch_size", "trainer.accumulate_grad_batches", flag_style="{flag}={value}",
         warmup_reason="the first steps include compilation and the sanity-check validation",

@@ -36,7 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch-size", type=int, default=8, help="samples per micro-batch")
     parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
-    parser.add_argument("--steps", type=int, default=40, help="optimizer steps to run (one epoch)")
+    parser.add_argument("--steps", type=int, default=30, help="optimizer steps to run (one epoch)")
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=512)
     args = parser.parse_args()

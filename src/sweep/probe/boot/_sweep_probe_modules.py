@@ -21,9 +21,11 @@ torch.compile: dynamo guards on the module hooks it traced (the length of the gl
 module's own), and warns into the user's log when global hooks meet a compiled module. Hooks that come
 and go under it recompile the next call: the first timed step. So no module hook is ever added or
 removed once a process uses torch.compile: the probe takes them all out as torch.compile (or
-Module.compile) is called, before dynamo traces anything, and adds none after; where dynamo compiled
-code some other way while the first step's hooks were in, they stay in. OOMs are then named from the
-frames and the autograd node, as after any first step (a compiled module by the module it wraps).
+Module.compile) is called, before dynamo traces anything, and adds none after. Compiled through dynamo's
+own torch._dynamo.optimize instead, a module comes out as its compiled wrapper is first called (before
+dynamo traces it, after torch's one warning), and a function compiled so while the first step's hooks were
+in keeps them in. OOMs are then named from the frames and the autograd node, as after any first step (a
+compiled module by the module it wraps).
 """
 
 from __future__ import annotations
@@ -174,6 +176,9 @@ class ModuleAndOomHooks(OomRecords):
 
     def _forward_pre_hook(self, module, args) -> None:
         if self.writer is None or self.compiling():
+            return None
+        if type(module).__name__ == "OptimizedModule":  # compiled not through torch.compile (torch._dynamo.optimize):
+            self.leave_modules_to_dynamo()  # out before dynamo traces the module it wraps (torch has warned by now)
             return None
         if self.step_start is None:
             self.step_start = time.perf_counter()

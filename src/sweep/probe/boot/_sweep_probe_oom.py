@@ -242,7 +242,9 @@ def _module_path(module) -> str:
         while id(current) in parent and id(current) not in seen:
             seen.add(id(current))
             current, name = parent[id(current)]
-            names.append(name)
+            # torch.compile's wrapper holds the model as `_orig_mod`: the user's path has no such part.
+            if not (name == "_orig_mod" and type(current).__name__ == "OptimizedModule"):
+                names.append(name)
         return ".".join(reversed(names)) if names else type(module).__name__
     except Exception:  # noqa: BLE001 - memory may be short right now: the class is a name too
         return type(module).__name__
