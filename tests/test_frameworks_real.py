@@ -284,7 +284,7 @@ def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(nam
 
 @needs("transformers", "accelerate")
 def test_torchrun_on_cpu2_starts_two_ranks_per_trial(tmp_path: Path) -> None:
-    """The HF preset's `torchrun --nproc_per_node={num_devices}` on +machine=cpu2 (gloo): one launcher per trial,
+    """The HF preset's `torchrun --nproc_per_node={nproc_per_node}` on +machine=cpu2 (gloo): one launcher per trial,
     2 ranks, as both the probe (the processes that stepped an optimizer) and the Trainer (its process_index) say."""
     # One pair: each trial is one torchrun of two HF ranks (the heaviest processes of the suite), and the second pair
     # repeated the same check; the per-trial ports of two trials side by side are test_command_workload's.

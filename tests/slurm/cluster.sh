@@ -2,8 +2,8 @@
 # A real Slurm cluster on this machine for the test suite: one node on localhost,
 # and optionally N more, each in namespaces of its own (nodes.sh).
 #
-#   cluster.sh install            apt-get install slurm-wlm, slurmdbd, munge and
-#                                 mariadb-server if any is missing (idempotent)
+#   cluster.sh install            apt-get install slurm-wlm, slurmdbd, munge,
+#                                 mariadb-server and iproute2 if any is missing (idempotent)
 #   cluster.sh start  STATE_DIR [N]
 #                                 write configs under STATE_DIR, start munged,
 #                                 mariadbd, slurmdbd, slurmctld and slurmd, wait
@@ -27,7 +27,7 @@
 # traffic goes to 127.0.0.1 (MariaDB listens only there), or with N nodes, to
 # the host's address on their bridge too (a private /24 with no uplink: nodes.sh).
 # /etc/slurm and /etc/munge are never read or written. Progress goes to stderr; stdout of
-# `start` is the single SLURM_CONF=... line. Needs root; no systemd.
+# `start` is the SLURM_CONF=... line (and the MULTI_... lines with N). Needs root; no systemd.
 #
 # Tunables (environment): SLURM_TEST_CLUSTER (cluster name, default "sweeptest"),
 # SLURM_TEST_START_TIMEOUT (seconds to wait for the cluster, default 90).
@@ -35,7 +35,8 @@
 set -euo pipefail
 
 readonly PROG=${0##*/}
-readonly PACKAGES=(slurm-wlm slurmdbd munge mariadb-server)
+# iproute2: `ip`, for the extra nodes' bridge and veth pairs (nodes.sh); unshare and nsenter are util-linux's (essential).
+readonly PACKAGES=(slurm-wlm slurmdbd munge mariadb-server iproute2)
 readonly PARTITION=debug
 readonly MULTI_PARTITION=multi
 readonly CLUSTER=${SLURM_TEST_CLUSTER:-sweeptest}

@@ -79,6 +79,7 @@ nodes_hosts() {
   local i host=$1 n=$2
   {
     echo "127.0.0.1 localhost"
+    echo "::1 localhost ip6-localhost ip6-loopback"
     echo "$BRIDGE_ADDR $host"
     for (( i = 1; i <= n; i++ )); do echo "$(node_addr "$i") $(node_name "$i")"; done
   } >"$STATE_DIR/hosts"

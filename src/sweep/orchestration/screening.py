@@ -36,7 +36,7 @@ def screening_plan(plan: SweepPlan) -> SweepPlan:
     machine = replace(plan.machine, num_devices=1, nodes=1)
     trial = replace(plan.trial, max_measure_steps=plan.trial.measure_steps)
     launcher = {**plan.launcher, "tasks_per_node": 1, "nodes": 1}
-    if "gpus_per_node" in launcher:
+    if launcher.get("gpus_per_node"):  # a CPU profile has the key unset: a GPU asked of a CPU cluster is refused
         launcher["gpus_per_node"] = 1
     sweep_dir = plan.sweep_dir / SCREENING_DIR
     values = fingerprint_values(

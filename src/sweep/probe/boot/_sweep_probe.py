@@ -36,7 +36,6 @@ knows where its step starts (the built-in workload) say so.
 from __future__ import annotations
 
 import atexit
-import functools
 import json
 import os
 import socket
@@ -45,6 +44,7 @@ import threading
 import time
 import weakref
 
+from _sweep_probe_counts import UpdateCounting
 from _sweep_probe_memory import MemorySampling
 from _sweep_probe_modules import OOM_MESSAGES, ModuleAndOomHooks, is_oom  # noqa: F401 - this module's public names too
 
@@ -96,7 +96,7 @@ class _Writer:
             self.file = None
 
 
-class Probe(ModuleAndOomHooks, MemorySampling):
+class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
     """The hooks' state in one process. One instance (PROBE); arm() points it at a record dir."""
 
     def __init__(self) -> None:
@@ -188,6 +188,7 @@ class Probe(ModuleAndOomHooks, MemorySampling):
                 "argv": sys.argv[:4],
             }
         )
+        self.record_known_optimizers()  # a re-armed process made its optimizers under the earlier record
         if not self.hooks_installed:
             self.hooks_installed = True
             self._install_hooks(torch)
@@ -255,46 +256,8 @@ class Probe(ModuleAndOomHooks, MemorySampling):
 
         self.undo.append(register_optimizer_step_pre_hook(self._optimizer_pre_hook).remove)
         self.undo.append(register_optimizer_step_post_hook(self._optimizer_post_hook).remove)
-        # A torch.optim optimizer made in this process: its steps, not the backward passes, time the training
-        # (a trainer's warm-up or gradient check backpropagates before its first step).
-        optimizer_class = torch.optim.Optimizer
-        original = optimizer_class.__init__
-        probe = self
+        self._install_optimizer_made_hook(torch)
 
-        @functools.wraps(original)
-        def __init__(optimizer, *args, **kwargs):
-            original(optimizer, *args, **kwargs)
-            if probe.writer is not None and type(optimizer).__name__ not in probe.optimizer_classes:
-                probe.optimizer_classes.add(type(optimizer).__name__)
-                probe._write({"kind": "optimizer", "class": type(optimizer).__name__})
-
-        optimizer_class.__init__ = __init__
-        self.undo.append(lambda: setattr(optimizer_class, "__init__", original))
-
-    optimizer_classes: set = set()  # torch.optim classes made in this process (one record each)
-
-    def _install_scaler_wrapper(self, torch) -> None:
-        scaler_class = torch.amp.GradScaler
-        original = scaler_class.step
-        probe = self
-
-        @functools.wraps(original)
-        def step(scaler, optimizer, *args, **kwargs):
-            before = probe.optimizer_calls
-            result = original(scaler, optimizer, *args, **kwargs)
-            # No optimizer hook ran: the scaler skipped this step (inf/nan gradients). It still counts.
-            if probe.writer is not None and probe.optimizer_calls == before:
-                try:
-                    probe._optimizer_begins(optimizer)
-                    probe._optimizer_ends(optimizer, skipped=True)
-                except Exception as exc:  # noqa: BLE001
-                    probe.problem("GradScaler wrapper", exc)
-            return result
-
-        scaler_class.step = step
-        self.undo.append(lambda: setattr(scaler_class, "step", original))
-
-    optimizer_calls = 0
 
     # ---------------------------------------------------------------- steps
 
@@ -366,16 +329,6 @@ class Probe(ModuleAndOomHooks, MemorySampling):
         self.last_module = None
         if self.expected is not None and self.expected <= set(self.group):
             self._close_step()
-
-    def backward_done(self) -> None:
-        """An outermost backward pass returned: count it in the open step and record when."""
-        if self.writer is None or self.compiling():
-            return
-        if self.optimizer_calls == 0:
-            self._sync()  # no optimizer step syncs for it: the backward passes are the clock (CUDA runs ahead)
-        self.backwards += 1
-        self._write({"kind": "backward", "index": self.backward_index, "at": time.perf_counter()})
-        self.backward_index += 1
 
     def _close_step(self) -> dict:
         torch = self.torch

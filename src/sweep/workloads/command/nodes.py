@@ -14,7 +14,8 @@ connections on the nodes it took down with it; the record's log is the one that 
 
 Files, beside the attempt's logs in the trial dir (the tag is the job id, and Slurm's restart count once
 requeued, so a requeued job never reads the run before it):
-  stop-job<tag>.json             node 0's decision: {"reason", "at"}
+  stop-job<tag>.json             node 0's word to stop: {"reason", "at", "decided"} (decided: false where node 0's
+                                 command ended by itself, which decides nothing about the others' failures)
   verdict-job<tag>-node<k>.json  node k's verdict (Verdict)
 """
 
@@ -57,7 +58,7 @@ class Verdict:
     ended_at: float  # time.time() when its command ended
     oom_phase: str | None = None
     oom_module: str = ""
-    saw_stop: bool = False  # node 0's decision was there when the command ended: what failed then followed it
+    saw_stop: bool = False  # node 0 had decided to stop before this command ended: what failed then followed it
 
     @property
     def failed(self) -> bool:
@@ -92,13 +93,16 @@ class Team:
 
     # -- node 0
 
-    def decide(self, reason: str) -> None:
+    def decide(self, reason: str, decided: bool = True) -> None:
         """Node 0: the trial stops, for every node. Written before node 0 stops its own ranks, so a node whose
-        ranks die of that stop finds the decision there when its command ends."""
+        ranks die of that stop finds the decision there, made before its command ended. decided=False: node 0's
+        command ended by itself, and the others are only told to end theirs."""
         if self.node != 0 or self.stop_path.exists():
             return
-        self.decided_at = time.time()
-        atomic_write_text(self.stop_path, json.dumps({"reason": reason, "at": self.decided_at}) + "\n")
+        at = time.time()
+        if decided:
+            self.decided_at = at
+        atomic_write_text(self.stop_path, json.dumps({"reason": reason, "at": at, "decided": decided}) + "\n")
 
     def failed_peer(self) -> Verdict | None:
         """Node 0, while its command runs: a node whose command ended in failure (its ranks may hang on it)."""
@@ -129,17 +133,25 @@ class Team:
     # -- nodes k > 0
 
     def stop_reason(self) -> str:
-        """Node 0's decision, or "" while it has not decided."""
+        """Node 0's word to stop, or "" while there is none."""
+        stop = self._stop()
+        return "" if stop is None else str(stop.get("reason") or "stopped by node 0")
+
+    def _stop(self) -> dict[str, Any] | None:
         try:
-            return str(json.loads(self.stop_path.read_text()).get("reason") or "stopped by node 0")
+            stop = json.loads(self.stop_path.read_text())
         except FileNotFoundError:
-            return ""
-        except (OSError, ValueError, AttributeError):
-            return "stopped by node 0"
+            return None
+        except (OSError, ValueError):
+            return {}  # written atomically: unreadable means a foreign file, still a word to stop
+        return stop if isinstance(stop, dict) else {}
 
     def report(self, result: TrialResult, stopped: str, ended_at: float) -> Verdict:
-        """Node k: its verdict from its own record of its command, written for node 0."""
-        saw_stop = bool(self.stop_reason())
+        """Node k: its verdict from its own record of its command, written for node 0. stopped: node 0's word, which
+        this node's launcher obeyed (its command's end is then no evidence)."""
+        stop = self._stop()
+        at = stop.get("at") if stop else None
+        saw_stop = bool(stop is not None and stop.get("decided", True) and (not isinstance(at, (int, float)) or at <= ended_at))
         status, error = str(result.status), result.error
         if stopped or (saw_stop and result.status != OOM):
             # Ended by node 0's decision (or its ranks died of it): no evidence against the trial. An OOM stays one.
@@ -169,6 +181,9 @@ def merged(own: TrialResult, verdicts: dict[int, Verdict], nodes: int, *, decide
     if decided:
         return own
     failures = [v for v in everyone if v.failed and not v.saw_stop]
+    if own.status == OK and for_peer is None:
+        # Node 0's command finished its run: a node whose ranks only lost their peers lost them to that end.
+        failures = [v for v in failures if not v.follows_a_peer]
     if not failures:
         return own if for_peer is None else _filed_as(own, for_peer)
     # The error that started it: one that does not follow a peer's end, the earliest of those.

@@ -67,8 +67,10 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     if missing:
         result = TrialResult(status=Status.FAILED, error=missing, finished_at=now_iso(), **base)
         if team is not None and node > 0:
-            team.report(result, "", time.time())
+            team.report(result, "", time.time())  # node 0 sees it and stops its own command, which waits for this node's
             return result
+        if team is not None:
+            team.decide(missing)  # the other nodes' commands would wait for this one's ranks until the time limit
         return _finish(spec, trial_dir, result, writes=writes)
     print(f"accum={values['accum']} split={values['split']}: running {argv} in {cwd}; log {log_path}", flush=True)
 
@@ -104,7 +106,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     ended_at = time.time()
     memory = sampler.stop()
     # Whatever the command left behind (forked or setsid children); node 0's command ended by itself: so do the others'.
-    _stop_trial(proc, tracker, team, f"node 0's command ended (exit status {code})")
+    _stop_trial(proc, tracker, team, f"node 0's command ended (exit status {code})", decided=False)
     if probe is not None:
         probe.poll(force=True)
 
@@ -277,10 +279,10 @@ def _ok_result(base: dict[str, Any], summary: Any) -> TrialResult:
     )
 
 
-def _stop_trial(proc: subprocess.Popen, tracker: TreeTracker, team: Team | None, why: str) -> None:
+def _stop_trial(proc: subprocess.Popen, tracker: TreeTracker, team: Team | None, why: str, decided: bool = True) -> None:
     """End this node's command; on node 0 of several, the trial's decision first, so that no node ends another's ranks first."""
     if team is not None:
-        team.decide(why)
+        team.decide(why, decided)
     _stop(proc, tracker)
 
 

@@ -155,6 +155,18 @@ def _oom_phase(exc: DeviceOOM, report: ProbeReport, patterns) -> tuple[OomPhase,
     return OomPhase(exc.phase), oom.module if oom is not None else ""
 
 
+def _rank_log(job, rank: int, default: str) -> tuple[str, str]:
+    """(the log of task `rank` of this job, " (rank R on HOST)"); the default log and no host outside a submitit job."""
+    if job is None:
+        return default, f" (rank {rank})"
+    from submitit.core.utils import JobPaths
+
+    per_node = max(1, job.num_tasks // max(1, job.num_nodes))
+    hosts = list(job.hostnames)
+    host = hosts[rank // per_node] if rank // per_node < len(hosts) else "?"
+    return str(JobPaths(os.environ.get("SUBMITIT_FOLDER", job.paths.folder), job_id=job.job_id, task_id=rank).stdout), f" (rank {rank} on {host})"
+
+
 def _agree(enough: bool, stop: str, device: torch.device) -> tuple[bool, str]:
     """Rank 0's decision, broadcast so every rank leaves the step loop together (none waits in a collective)."""
     flags = torch.tensor([int(enough), int(bool(stop))], device=device)
@@ -297,7 +309,11 @@ def run_trial(spec: TrialSpec, extra_startup_s: float = 0.0) -> TrialResult:
             result.throughput, result.throughput_low, result.throughput_high = throughput_summary(result.step_times_s, global_batch)
         if oom is not None:
             result.oom_phase, result.oom_module = _oom_phase(oom, report, None)
-            result.error = f"{str(oom).rsplit(' in phase ', 1)[0]} in phase {result.oom_phase}"
+            where = ""
+            if world_size > 1:
+                # The traceback is in the log of the rank that ran out, on its node: the record names both.
+                result.log, where = _rank_log(job, oom.rank, result.log)
+            result.error = f"{str(oom).rsplit(' in phase ', 1)[0]}{where} in phase {result.oom_phase}"
         _record_memory(result, report, open_step, baseline, machine.memory_gib, memory_margin(trial, machine))
     result.finished_at = now_iso()
     result.wall_s = startup_s + time.perf_counter() - t_start

@@ -1,0 +1,87 @@
+"""A gloo DDP trainer for the two-node Slurm tests (tests/test_slurm_nodes.py), started by torchrun on each node.
+
+Each rank writes what it saw to $SWEEP_TRIAL_DIR/rank<R>.json after every step: its host, node (torchrun's
+GROUP_RANK), world size and the end time of each optimizer step, so a test can set the trial's figure beside
+the ranks' own timings. Each micro-batch sleeps --micro_s, so accum=4 is slower than accum=1 by design.
+
+--behaviours=ACCUM:WHAT[@RANK],... picks what a trial with that accum does on rank RANK (default 3; the others train on):
+  oom        the joint asks the CPU allocator for 16 TiB at step --at (a real out-of-memory error, in `joint`)
+  crash      RuntimeError("bad shard 7") at step --at
+  slow_node  no gradient all-reduce (each rank steps alone) and node 1's ranks sleep --slow_s a step: only ranks
+             that never wait for each other show whose step the figure is (under DDP every rank's lasts as long
+             as the slowest's); a barrier at the end
+"""
+
+import argparse
+import json
+import os
+import socket
+import time
+
+import torch
+import torch.distributed as dist
+
+p = argparse.ArgumentParser()
+p.add_argument("--accum", type=int, required=True)
+p.add_argument("--gbs", type=int, required=True)
+p.add_argument("--steps", type=int, default=400)
+p.add_argument("--behaviours", default="")
+p.add_argument("--at", type=int, default=4)
+p.add_argument("--micro_s", type=float, default=0.01)
+p.add_argument("--slow_s", type=float, default=0.12)
+a = p.parse_args()
+what, _, on = (dict(b.split(":") for b in a.behaviours.split(",") if b).get(str(a.accum), "") + "@").partition("@")
+on_rank = int(on.rstrip("@") or 3)
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+node = int(os.environ.get("GROUP_RANK", "0"))
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Linear(32, 32)
+        self.joint = Joint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.joint(self.encoder(x))
+
+
+class Joint(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = torch.nn.Linear(32, 1)
+        self.step = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if rank == on_rank and self.step >= a.at:
+            if what == "oom":
+                torch.empty(1 << 44, dtype=torch.uint8)  # refused at once: the CPU allocator's out-of-memory error
+            if what == "crash":
+                raise RuntimeError("bad shard 7")
+        return self.out(x)
+
+
+net = Net()
+model = net if what == "slow_node" else torch.nn.parallel.DistributedDataParallel(net)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+per_rank = max(1, a.gbs // (world * a.accum))
+ends = [time.time()]
+record = os.path.join(os.environ["SWEEP_TRIAL_DIR"], f"rank{rank}.json")
+for step in range(a.steps):
+    net.joint.step = step
+    for _ in range(a.accum):
+        model(torch.randn(per_rank, 32)).sum().backward()
+        time.sleep(a.micro_s)
+    if what == "slow_node" and node == 1:
+        time.sleep(a.slow_s)
+    opt.step()
+    opt.zero_grad()
+    ends.append(time.time())
+    with open(record + ".tmp", "w") as f:
+        json.dump({"rank": rank, "node": node, "host": socket.gethostname(), "world": world, "ends": ends}, f)
+    os.replace(record + ".tmp", record)
+if what == "slow_node":
+    dist.barrier()
+dist.destroy_process_group()

@@ -1,0 +1,201 @@
+"""Trials over two nodes, on a real two-node Slurm cluster (issue 44).
+
+The `slurm_nodes` fixture's partition has two nodes, each in network, UTS and mount namespaces of its own
+(tests/slurm/nodes.sh): its own hostname, its own loopback, and an /etc/hosts naming its peer, as real nodes
+have. A command trial is one job of one task per node; torchrun on each node starts that node's ranks
+(`--nproc_per_node={nproc_per_node}`, the shipped presets' launch line) and gloo joins them over the
+nodes' bridge. tests/nodes_train.py is the trainer: each rank writes its own step times, and a trial's
+accum picks what goes wrong on which rank.
+
+CI time: 1.5 to 2.5 minutes on a 2-core box other work keeps busy (an srun and three sweeps, whose trials run side by side).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import socket
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sweep_run import run_sweep
+
+pytestmark = pytest.mark.slurm
+
+TRAIN = Path(__file__).with_name("nodes_train.py")
+PRESETS = Path(__file__).resolve().parents[1] / "src" / "sweep" / "conf" / "sweep"
+GBS = 16
+
+
+def preset_launch_line() -> list[str]:
+    """The torchrun launch line of the shipped hf preset, up to its script: the line every torchrun preset writes."""
+    argv = yaml.safe_load((PRESETS / "hf.yaml").read_text())["workload"]["argv"]
+    return argv[: argv.index("run_clm.py")]
+
+
+def command_args(cluster: Any, sweep_dir: Path, *extra: str, train: tuple[str, ...] = ()) -> list[str]:
+    argv = [*preset_launch_line(), str(TRAIN), "--accum={accum}", "--gbs={global_batch_size}", *train]
+    return [
+        "+machine=cpu2", "machine.num_devices=4", "machine.nodes=2", "hydra/launcher=submitit_slurm",
+        # One CPU a node's launcher (not the two its ranks' tasks would have had): three trials fit side by side.
+        f"hydra.launcher.partition={cluster.multi_partition}", "hydra.launcher.tasks_per_node=1", "hydra.launcher.cpus_per_task=1",
+        f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv={json.dumps(argv, separators=(',', ':'))}", f"global_batch_size={GBS}", "search=grid",
+        "trial.warmup_steps=2", "trial.measure_steps=8", "trial.max_measure_steps=20", "search.drift_check=false", "max_in_flight=3",
+        *extra,
+    ]
+
+
+def rows(sweep_dir: Path) -> dict[int, dict[str, str]]:
+    return {int(r["accum"]): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+
+
+def ranks_own(trial: Path) -> dict[int, dict[str, Any]]:
+    """What each rank wrote of itself (nodes_train.py): host, node, world size, and its steps' durations."""
+    out = {}
+    for path in trial.glob("rank*.json"):
+        data = json.loads(path.read_text())
+        data["steps"] = [b - a for a, b in zip(data["ends"], data["ends"][1:])]
+        out[data["rank"]] = data
+    return out
+
+
+def own_figure(trial: Path, result: dict[str, Any]) -> float:
+    """The trial's figure from the ranks' own clocks: the global batch over the median of each timed step's
+    slowest rank, over the steps the record timed."""
+    ranks = ranks_own(trial)
+    first, n = result["warmup_steps"], result["steps_measured"]
+    slowest = [max(r["steps"][i] for r in ranks.values()) for i in range(first, first + n)]
+    return GBS / statistics.median(slowest)
+
+
+def test_each_node_has_its_own_hostname_loopback_and_hosts_file(slurm_nodes: Any, tmp_path: Path) -> None:
+    """The assumption the cluster is built to break: a job that reaches another node through 127.0.0.1 fails here, as on
+    real nodes. Node 0 listens on its own loopback; node 1 cannot reach it there, only by node 0's name."""
+    script = tmp_path / "reach.py"
+    script.write_text(
+        "import os, socket, sys, time\n"
+        "node, peer = int(os.environ['SLURM_NODEID']), sys.argv[1]\n"
+        "if node == 0:\n"
+        "    s = socket.socket(); s.bind(('127.0.0.1', 47611)); s.listen(); t = socket.socket(); t.bind((socket.gethostname(), 47612)); t.listen()\n"
+        "    time.sleep(4); print('node0', socket.gethostname(), flush=True)\n"
+        "else:\n"
+        "    time.sleep(1)\n"
+        "    def reach(host, port):\n"
+        "        try:\n"
+        "            socket.create_connection((host, port), timeout=2).close(); return 'reached'\n"
+        "        except OSError as e:\n"
+        "            return type(e).__name__\n"
+        "    print('node1', socket.gethostname(), 'loopback', reach('127.0.0.1', 47611), 'by-name', reach(peer, 47612), flush=True)\n"
+    )
+    first = slurm_nodes.multi_nodes[0]
+    out = subprocess.run(
+        ["srun", "-p", slurm_nodes.multi_partition, "-N2", "--ntasks-per-node=1", "-t", "1", sys.executable, str(script), first],
+        capture_output=True, text=True, timeout=90, cwd=tmp_path,
+    )
+    lines = sorted(line.split() for line in out.stdout.splitlines() if line.startswith("node"))
+    assert [line[:2] for line in lines] == [["node0", first], ["node1", slurm_nodes.multi_nodes[1]]], out.stdout + out.stderr
+    assert lines[1][2:] == ["loopback", "ConnectionRefusedError", "by-name", "reached"], lines
+    assert socket.gethostname() not in slurm_nodes.multi_nodes  # the host was never renamed
+
+
+def test_a_torchrun_ddp_command_over_two_nodes_screened_on_one_and_confirmed_on_both(slurm_nodes: Any, tmp_path: Path) -> None:
+    """The preset launch line over 2 nodes x 2 ranks: screening runs one-rank trials on one node, then the leader is
+    confirmed as a four-rank trial over both nodes; its figure is the ranks' own, and node 0 alone decided when it
+    stopped: node 1 stopped its ranks on node 0's word, so node 0's ranks never died of node 1's leaving."""
+    sweep_dir = tmp_path / "s"
+    proc = run_sweep(command_args(slurm_nodes, sweep_dir, "accum=1,4", "search.screen=on"), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    screened = list(csv.DictReader((sweep_dir / "screening" / "trials.csv").open()))
+    assert {(r["accum"], r["num_devices"], r["status"]) for r in screened} == {("1", "1", "ok"), ("4", "1", "ok")}
+    for r in screened:  # one rank on one node: the launch line's values for one node
+        job_log = sweep_dir / ".submitit" / r["job_id"] / f"{r['job_id']}_0_log.out"
+        assert "'--nproc_per_node=1', '--nnodes=1', '--node_rank=0', '--master_addr=127.0.0.1'" in job_log.read_text()
+
+    confirmed = rows(sweep_dir)
+    assert confirmed[1]["status"] == "ok" and confirmed[1]["num_devices"] == "4", confirmed
+    for accum, row in confirmed.items():
+        if row["status"] != "ok":
+            continue
+        trial = sweep_dir / "trials" / f"accum{accum}_split1"
+        result = json.loads((trial / "result.json").read_text())
+        job = row["job_id"]
+        script = (sweep_dir / ".submitit" / job / f"{job}_submission.sh").read_text()
+        assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
+        ranks = ranks_own(trial)
+        assert sorted(ranks) == [0, 1, 2, 3] and {r["world"] for r in ranks.values()} == {4}
+        assert {(r["node"], r["host"]) for r in ranks.values()} == {(0, slurm_nodes.multi_nodes[0]), (1, slurm_nodes.multi_nodes[1])}
+        assert (result["measured_by"], result["ranks_seen"], result["world_size"]) == ("probe", 4, 4), result
+        assert result["throughput"] == pytest.approx(own_figure(trial, result), rel=0.05)
+        # The log column is node 0's command log; node 1's is beside it.
+        assert row["log"] == str(trial / "command-1.log")
+        node1_log = trial / f"command-job{job}-node1.log"
+        assert "'--nproc_per_node=2', '--nnodes=2', '--node_rank=1'" in (sweep_dir / ".submitit" / job / f"{job}_1_log.out").read_text()
+        # One decider: node 0 wrote its decision before it stopped its own ranks, and node 1 ended on it.
+        stop = json.loads((trial / f"stop-job{job}.json").read_text())
+        verdict = json.loads((trial / f"verdict-job{job}-node1.json").read_text())
+        assert (verdict["status"], verdict["error"], verdict["log"]) == ("stopped", stop["reason"], str(node1_log)), verdict
+        assert verdict["ended_at"] >= stop["at"]
+        assert "Connection closed by peer" not in (trial / "command-1.log").read_text()
+
+
+def test_an_oom_or_a_crash_on_node_1_alone_is_filed_from_node_1_and_a_slower_node_1_sets_the_figure(slurm_nodes: Any, tmp_path: Path) -> None:
+    """accum=1: rank 2 (node 1) runs out of memory in the joint; accum=2: rank 3 (node 1) crashes; accum=4: node 1's ranks
+    are slower, and no rank waits for another. Node 0's own ranks only ever see broken connections."""
+    sweep_dir = tmp_path / "s"
+    # The OOM on node 1's first rank, the crash on its second: node 1's own classifier must see past its other rank's
+    # broken connection, whichever of the two comes last in its log.
+    train = ("--behaviours=1:oom@2,2:crash@3,4:slow_node",)
+    proc = run_sweep(command_args(slurm_nodes, sweep_dir, "accum=1,2,4", train=train), cwd=tmp_path, timeout=300)
+    found = rows(sweep_dir)
+    node1 = slurm_nodes.multi_nodes[1]
+
+    oom = found[1]
+    assert (oom["status"], oom["oom_phase"]) == ("oom", "joint"), (oom, proc.stdout)
+    assert oom["reason"].startswith(f"node 1 ({node1}): rank 2: ") and "can't allocate memory" in oom["reason"], oom
+    assert Path(oom["log"]).name.endswith("-node1.log") and "can't allocate memory" in Path(oom["log"]).read_text()
+    assert json.loads((sweep_dir / "trials" / "accum1_split1" / "result.json").read_text())["oom_module"] == "module.joint"
+
+    crash = found[2]
+    assert crash["status"] == "failed", (crash, proc.stdout)
+    assert crash["reason"] == f"node 1 ({node1}): rank 3: RuntimeError: bad shard 7", crash
+    assert Path(crash["log"]).name.endswith("-node1.log") and "bad shard 7" in Path(crash["log"]).read_text()
+    node0_log = (sweep_dir / "trials" / "accum2_split1" / "command-1.log").read_text()
+    assert "bad shard" not in node0_log and "Connection closed by peer" in node0_log  # what node 0 alone would have filed
+
+    slow = found[4]
+    assert slow["status"] == "ok", (slow, proc.stdout)
+    trial = sweep_dir / "trials" / "accum4_split1"
+    result = json.loads((trial / "result.json").read_text())
+    own = ranks_own(trial)
+    node0_pace = GBS / statistics.median(s for r in own.values() if r["node"] == 0 for s in r["steps"][2:])
+    assert result["ranks_seen"] == 4 and result["throughput"] == pytest.approx(own_figure(trial, result), rel=0.1)
+    assert result["throughput"] < node0_pace / 2, (result["throughput"], node0_pace)  # node 1's pace, not node 0's
+
+
+def test_the_builtin_rnnt_over_two_nodes_names_the_rank_that_ran_out(slurm_nodes: Any, tmp_path: Path) -> None:
+    """The built-in workload, one task per device over both nodes (gloo): the demo's budget puts accum=1 out of memory in the
+    joint, on whichever rank runs out first; the record names that rank, its node and its log, which holds the traceback."""
+    sweep_dir = tmp_path / "s"
+    args = ["+machine=cpu2", "machine.num_devices=4", "machine.nodes=2", "hydra/launcher=submitit_slurm",
+            f"hydra.launcher.partition={slurm_nodes.multi_partition}", "hydra.launcher.cpus_per_task=1", f"hydra.sweep.dir={sweep_dir}",
+            "accum=1,2", "split=1", "search=grid", "search.drift_check=false", "max_in_flight=2", "trial.max_measure_steps=10"]
+    proc = run_sweep(args, cwd=tmp_path, timeout=300)
+    found = rows(sweep_dir)
+    assert (found[1]["status"], found[1]["oom_phase"]) == ("oom", "joint"), proc.stdout + proc.stderr
+    rank = int(found[1]["reason"].split(" (rank ", 1)[1].split()[0])
+    job = found[1]["job_id"]
+    assert found[1]["log"] == str(sweep_dir / ".submitit" / job / f"{job}_{rank}_log.out")
+    assert f" on {slurm_nodes.multi_nodes[rank // 2]}) in phase joint" in found[1]["reason"]
+    assert "can't allocate memory" in Path(found[1]["log"]).read_text()
+    ok = json.loads((sweep_dir / "trials" / "accum2_split1" / "result.json").read_text())
+    assert (ok["status"], ok["ranks_seen"], ok["world_size"]) == ("ok", 4, 4), ok
+    job = found[2]["job_id"]
+    for task in range(4):
+        log = (sweep_dir / ".submitit" / job / f"{job}_{task}_log.out").read_text()
+        assert f"[rank {task}] result ok:" in log
