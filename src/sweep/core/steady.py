@@ -13,7 +13,8 @@ slower than the rest, and a figure that counts them measures the warm-up, not th
    say nothing (one step cannot show it is slow).
 2. still_warming: the steps kept must show no falling trend beyond the noise (Kendall's tau against the
    step index, one-sided, p < TREND_P, and the first third's median slower than the last third's by more
-   than TREND_MIN_SLOWER). A warm-up that fades gradually (a real framework's first steps on a CPU) is
+   than TREND_MIN_SLOWER, and the middle third's by more than half that: still falling at the end, where a
+   machine that got quieter part-way steps down once and stays flat). A warm-up that fades gradually (a real framework's first steps on a CPU) is
    trimmed the same way, from the front, while what is left still falls and more than 2 * MIN_KEPT steps
    remain; a trial still speeding up at its last steps never reached its steady state, so its figure is
    no measurement of the pair (core/validity.py). A rising trend (the machine got busier) is not checked
@@ -110,8 +111,11 @@ def still_warming(step_times_s: Sequence[float]) -> str:
         return ""
     third = max(2, n // 3)
     first, last = float(np.median(times[:third])), float(np.median(times[-third:]))
+    middle = float(np.median(times[third:-third])) if n - 2 * third >= 2 else first
     slower = first / last - 1.0
-    if slower <= TREND_MIN_SLOWER:
+    # Still falling into the last third, not only from the first: a machine that got quieter part-way (another job
+    # ended) is a step down that then stays flat, which the run-to-run noise covers; a warm-up that never settled is not.
+    if slower <= TREND_MIN_SLOWER or middle / last - 1.0 <= TREND_MIN_SLOWER / 2:
         return ""
     p = falling_trend_p(times)
     if p >= TREND_P:
