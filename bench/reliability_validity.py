@@ -108,7 +108,7 @@ def per_micro_batch_log_figure(root: Path):
     proc, rows, rec = _sweep(root, ',"--attack=own_optimizer","--rates=1:1=1000,2:1=900,4:1=800"', "search=grid", "accum=1,2,4",
                              "split=1", "search.drift_check=false", "search.measure_to_decision=false", "search.racing=false",
                              "workload.parser.type=regex",
-                             "+workload.parser.pattern='(?P<throughput>[0-9.]+)ms/step'", "+workload.parser.unit=ms/step")
+                             "+workload.parser.pattern='s (?P<throughput>[0-9.]+)ms/step'", "+workload.parser.unit=ms/step")
     statuses = {a: rows.get((a, 1), {}).get("status") for a in (1, 2, 4)}
     reason = rows.get((4, 1), {}).get("reason", "")[:110]
     wrong = _wrong(rec, (1, 1)) or statuses[2] == "ok" or statuses[4] == "ok"

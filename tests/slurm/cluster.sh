@@ -228,6 +228,9 @@ socket=$DB_SOCKET
 port=$db_port
 bind-address=127.0.0.1
 pid-file=$s/run/mariadbd.pid
+# Its own temporary dir: in the shared /tmp another process's cleanup once took mariadb-install-db's temporary
+# table mid-install ("Error on delete of '/tmp/#sql-temptable-...'"), and the cluster never started.
+tmpdir=$s/mysql/tmp
 skip-name-resolve
 skip-log-bin
 innodb_buffer_pool_size=256M
@@ -411,7 +414,7 @@ cmd_start() {
   local s=$STATE_DIR host mem
   host=$(uname -n); host=${host%%.*}
   mem=$(node_memory_mb)
-  mkdir -p "$s"/{run,log,state,spool,mysql}
+  mkdir -p "$s"/{run,log,state,spool,mysql,mysql/tmp}
   install -d -m 700 "$s/munge"
   install -d -m 755 "${MUNGE_SOCKET%/*}"
   : >"$PIDS_FILE"
