@@ -17,7 +17,8 @@ slower than the rest, and a figure that counts them measures the warm-up, not th
    machine that got quieter part-way steps down once and stays flat). A warm-up that fades gradually (a real framework's first steps on a CPU) is
    trimmed the same way, from the front, while what is left still falls and more than 2 * MIN_KEPT steps
    remain; a trial still speeding up at its last steps never reached its steady state, so its figure is
-   no measurement of the pair (core/validity.py). A rising trend (the machine got busier) is not checked
+   no measurement of the pair (core/validity.py); judged on runs of up to MAX_POINTS steps, since a warm-up lasts
+   a handful of steps and a trend over hundreds is the machine's load changing. A rising trend (the machine got busier) is not checked
    here: the run-to-run noise in the confidence score covers it.
 """
 
@@ -105,7 +106,12 @@ def falling_trend_p(step_times_s: Sequence[float]) -> float:
 def still_warming(step_times_s: Sequence[float]) -> str:
     """Why the kept steps never settled (rule 2), one line, or "" when they show no falling trend."""
     steps = [float(t) for t in step_times_s if t > 0]
-    times = _binned(steps)[0]
+    if len(steps) > MAX_POINTS:
+        # A warm-up lasts a handful of steps (a compile, a cold cache); a trend over hundreds is the machine's load
+        # changing (the full suite's made a 1200-step trial "66% slower in its first third"), which the run-to-run
+        # noise covers. Such a run is trimmed of its slow start (transient_steps), not judged on its trend.
+        return ""
+    times = steps
     n = len(times)
     if n < 2 * MIN_KEPT:
         return ""
