@@ -42,12 +42,11 @@ class Case:
     run: Callable[[Path], tuple[bool, str, bool]]  # -> (as promised, what the user sees, a confident wrong answer)
 
 
-def _sweep(root: Path, extra_argv: str, *args: str) -> tuple[subprocess.CompletedProcess, dict, dict]:
-    """One sweep of the attack trainer: (the process, trials.csv rows by pair, recommendation.yaml or {})."""
+def _run_sweep(root: Path, argv: str, *args: str) -> tuple[subprocess.CompletedProcess, dict, dict]:
+    """`python -m sweep` of the command `argv` (a workload.argv list) in root: (the process, trials.csv rows by pair,
+    recommendation.yaml or {})."""
     root.mkdir(parents=True, exist_ok=True)
     sweep_dir = root / "sweep"
-    argv = (f'["{sys.executable}","{ATTACK}","--batch={{per_device_batch}}","--accum={{accum}}","--split={{split}}",'
-            f'"--global-batch={{global_batch_size}}","--marker-dir={root}"{extra_argv}]')
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.run([sys.executable, "-m", "sweep", f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv={argv}",
                            f"global_batch_size={GBS}", "max_in_flight=1", "trial.time_limit_s=120", "live=false", *args],
@@ -58,6 +57,13 @@ def _sweep(root: Path, extra_argv: str, *args: str) -> tuple[subprocess.Complete
     rec_path = sweep_dir / "recommendation.yaml"
     rec = yaml.safe_load(rec_path.read_text()) if rec_path.exists() else {}
     return proc, rows, rec or {}
+
+
+def _sweep(root: Path, extra_argv: str, *args: str) -> tuple[subprocess.CompletedProcess, dict, dict]:
+    """One sweep of the attack trainer (_run_sweep), extra_argv appended to its argv."""
+    argv = (f'["{sys.executable}","{ATTACK}","--batch={{per_device_batch}}","--accum={{accum}}","--split={{split}}",'
+            f'"--global-batch={{global_batch_size}}","--marker-dir={root}"{extra_argv}]')
+    return _run_sweep(root, argv, *args)
 
 
 def _answer(rec: dict) -> str:
@@ -89,15 +95,10 @@ def caught_oom_and_ignored_accum(root: Path):
 
 def more_ranks_than_devices(root: Path):
     """Case 4: torchrun starts 2 ranks where machine.num_devices=1: each step trains twice the global batch."""
-    root.mkdir(parents=True, exist_ok=True)
-    sweep_dir = root / "sweep"
     argv = (f'["{sys.executable}","-m","torch.distributed.run","--nproc_per_node=2","--master_port={{master_port}}","{ATTACK}",'
             f'"--batch={{per_device_batch}}","--accum={{accum}}","--global-batch={{global_batch_size}}","--steps=14"]')
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, "-m", "sweep", f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv={argv}",
-                           f"global_batch_size={GBS}", "accum=1", "split=1", "trial.time_limit_s=120", "live=false",
-                           "search.drift_check=false"], cwd=root, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    row = next(csv.DictReader((sweep_dir / "trials.csv").open()), {}) if (sweep_dir / "trials.csv").exists() else {}
+    proc, rows, _ = _run_sweep(root, argv, "accum=1", "split=1", "search.drift_check=false")
+    row = rows.get((1, 1), {})
     line = next((x for x in proc.stdout.splitlines() if "accum=1 split=1: rejected" in x or "accum=1 split=1: ok" in x), "")
     return row.get("status") == "rejected", line.split("] ", 1)[-1][:200], row.get("status") == "ok"
 
