@@ -218,7 +218,7 @@ def open_pairs(
         tried = c.key in results and not unmeasured(results[c.key])
         if not c.valid or tried or oom_implied(c, finished):
             continue
-        if any(no_faster_than(c, r) for r in ok):
+        if outranked_by_measured(c, results):
             continue  # no faster than a measured pair, which P_measured already covers
         u, w = _offset(c, lead)
         direction = _direction(u, w)
