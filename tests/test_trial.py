@@ -59,7 +59,8 @@ def test_ok_trial_writes_a_complete_record(tmp_path, capsys):
     assert record == returned
     assert (record.status, record.oom_phase, record.error) == (Status.OK, None, "")
     assert (record.accum, record.split, record.per_device_batch, record.joint_batch) == (2, 2, 4, 2)
-    assert record.warmup_steps == 1 and len(record.step_times_s) == 4
+    # 1 warm-up step and 4 timed, less any leading timed step core/steady.py judged still warming up.
+    assert record.warmup_steps == 1 + record.transient_steps and len(record.step_times_s) == 4 - record.transient_steps
     assert record.throughput == pytest.approx(8 / median(record.step_times_s))
     assert record.throughput_low <= record.throughput <= record.throughput_high
     assert record.peak_mem_gib is not None and record.peak_mem_gib >= 0
