@@ -71,7 +71,9 @@ def imports_of(module: str, path: Path, known: set[str], type_checking_too: bool
             base = node.module or ""
             if node.level:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            names = [base] + [f"{base}.{a.name}" for a in node.names]
+            submodules = [f"{base}.{a.name}" for a in node.names]
+            # `from sweep import workloads` needs sweep.workloads, not what sweep/__init__ defines; `from x import f` needs x.
+            names = submodules + ([base] if any(m not in known for m in submodules) else [])
         for name in names:
             # `from sweep.core import space` names the module sweep.core.space; `from x import f` names x.
             while name and name not in known:
@@ -124,6 +126,44 @@ def test_no_import_cycles_even_for_type_checkers() -> None:
     mods = modules()
     graph = {m: imports_of(m, p, set(mods), type_checking_too=True) for m, p in mods.items()}
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+# The floors docs/development.md draws, bottom up: a module imports only from its own floor or below. The name is a
+# module's first part under sweep (sweep.launch.worker is on launch's floor); sweep itself, the package's face, is on top.
+FLOORS = (
+    ("errors", "startup", "resources"),
+    ("core",),
+    ("records", "probe", "parsers"),
+    ("launch", "logs"),
+    ("workloads",),
+    ("orchestration",),
+    ("analysis", "cli"),
+    ("", "__main__", "report"),
+)
+
+
+def floor_of(module: str) -> int:
+    first = module.removeprefix("sweep").removeprefix(".").split(".")[0]
+    return next(i for i, names in enumerate(FLOORS) if first in names)
+
+
+def arrows_up(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {n}" for m, targets in graph.items() for n in targets if floor_of(n) > floor_of(m))
+
+
+def test_no_module_imports_from_a_floor_above_its_own() -> None:
+    """launch/ ran the workloads it launches by importing them (workloads.get in the job, the built-in runner in the warm
+    worker): an arrow up. Now workloads/ hands launch/ the function to run (TrialJob(run), Workload.warm_runner)."""
+    mods = modules()
+    graph = {m: imports_of(m, p, set(mods), type_checking_too=True) for m, p in mods.items()}
+    assert all(floor_of(m) >= 0 for m in mods)  # every module has a floor (a new package must be given one)
+    assert "sweep.launch.job" in graph["sweep.workloads"]  # the walk sees the arrow down that replaced the one up
+    assert arrows_up(graph) == []
+
+
+def test_the_floor_check_itself() -> None:
+    assert arrows_up({"sweep.launch.job": {"sweep.workloads"}}) == ["sweep.launch.job -> sweep.workloads"]
+    assert arrows_up({"sweep.workloads": {"sweep.launch.job", "sweep.core.spec"}, "sweep.cli.main": {"sweep"}}) == ["sweep.cli.main -> sweep"]
 
 
 def test_the_core_type_checks_strictly() -> None:

@@ -103,7 +103,8 @@ SCRIPT = r"""
 import ctypes, json, resource, sys
 import torch
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
-from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, SmallObjectReserve, address_space_bytes, configure_cpu_allocator
+from sweep.launch.memory import address_space_bytes
+from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, SmallObjectReserve, configure_cpu_allocator
 from sweep.workloads.rnnt.model import RNNTWorkload
 
 torch.set_num_threads(1)

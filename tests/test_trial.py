@@ -136,7 +136,7 @@ def test_the_job_leaves_the_process_frozen_for_its_exit_whether_the_trial_ended_
     torch made (0.3-0.5 s a trial, between one trial and the next), so run_job freezes them first."""
     spec = make_spec(tmp_path, workload=RNNTWorkloadConfig(**{**asdict(SMALL), "optimizer": optimizer}), cpu_threads=1)
     code = (
-        "import gc, pickle, sys; from sweep.launch.job import run_job; spec = pickle.load(open(sys.argv[1], 'rb'))\n"
+        "import gc, pickle, sys; from sweep.workloads import run_job; spec = pickle.load(open(sys.argv[1], 'rb'))\n"
         "print('at start', gc.get_freeze_count())\n"
         "try:\n    print('ended', run_job(spec).status)\nexcept ValueError:\n    print('ended ValueError')\n"
         "print('frozen', gc.get_freeze_count())"

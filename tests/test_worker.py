@@ -19,13 +19,15 @@ from sweep.core.schema import Status, TrialResult
 from sweep.core.spec import TrialSpec
 from sweep.launch import backend
 from sweep.launch.ended import ended_job_result
-from sweep.launch.job import run_job
 from sweep.launch.warm_pool import WarmPool, WarmTrial
 from sweep.records import read_trial_record
+from sweep.workloads import get as get_workload
+from sweep.workloads import run_job
 from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 
 SMALL = RNNTWorkloadConfig(feat_dim=4, frames=8, subsample=2, label_len=3, vocab=6, enc_hidden=8, enc_layers=2, pred_hidden=8, joint_hidden=8)
 JOINT_HOG = RNNTWorkloadConfig(**{**asdict(SMALL), "frames": 32, "label_len": 7, "vocab": 8192})
+BUILT_IN_WARM = get_workload("rnnt").warm_runner  # what the orchestrator gives the pool of a built-in sweep
 
 
 def spec(where: Path, workload: RNNTWorkloadConfig, accum: int, split: int, global_batch: int, memory_gib: float, device: str = "cpu") -> TrialSpec:
@@ -63,7 +65,7 @@ def worker_state(trial: WarmTrial) -> dict:
 def test_a_trial_after_an_oom_in_a_warm_worker_records_what_a_fresh_process_records(tmp_path: Path) -> None:
     # The same pair twice in one worker: out of memory under a 4 MiB budget, then with room (peaks of tens
     # of MiB, far above the page-level scatter a tiny trial's peak shows); then in a fresh trial process.
-    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cpu")
+    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cpu", BUILT_IN_WARM)
     try:
         oom = handed(pool, spec(tmp_path / "warm_oom", JOINT_HOG, 1, 1, 4, 4 / 1024))
         first = finish(oom, spec(tmp_path / "warm_oom", JOINT_HOG, 1, 1, 4, 4 / 1024))
@@ -90,7 +92,7 @@ def test_a_trial_after_an_oom_in_a_warm_worker_records_what_a_fresh_process_reco
 
 
 def test_after_a_fatal_error_the_worker_retires_and_the_next_trial_gets_a_fresh_one(tmp_path: Path) -> None:
-    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cpu")
+    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cpu", BUILT_IN_WARM)
     try:
         bad = spec(tmp_path / "bad", replace(SMALL, optimizer="lion"), 2, 2, 8, 2.0)  # the model builds, its optimizer does not
         crashed = handed(pool, bad)
@@ -110,7 +112,7 @@ def test_a_killed_worker_records_its_trial_as_failed_and_is_replaced(tmp_path: P
     import os
     import signal
 
-    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cpu")
+    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cpu", BUILT_IN_WARM)
     try:
         slow = replace(spec(tmp_path / "killed", SMALL, 2, 2, 8, 2.0), trial=TrialConfig(warmup_steps=1, measure_steps=400, max_measure_steps=400))
         doomed = handed(pool, slow)
@@ -186,11 +188,10 @@ def test_a_warm_trial_without_its_record_is_classified_from_its_own_lines_only(t
 
 
 def test_only_built_in_one_device_local_trials_go_to_a_worker(tmp_path: Path) -> None:
-    from sweep.workloads.command.config import CommandWorkloadConfig
-
+    # A command's memory is the user's program's: that workload has no warm runner, so its sweep starts no pool.
+    assert BUILT_IN_WARM is not None and get_workload("command").warm_runner is None
     built_in = spec(tmp_path, SMALL, 2, 2, 8, 2.0)
     assert WarmPool.serves(built_in, "local")
-    assert not WarmPool.serves(replace(built_in, workload=CommandWorkloadConfig(argv=["true"])), "local")  # the user's program
     assert not WarmPool.serves(replace(built_in, num_devices=2), "local")  # one task per rank, each its own process
     assert not WarmPool.serves(built_in, "slurm")
 
@@ -200,7 +201,7 @@ def test_only_built_in_one_device_local_trials_go_to_a_worker(tmp_path: Path) ->
 def test_on_cuda_a_warm_worker_keeps_its_process_after_an_oom_and_records_the_fresh_peak(tmp_path: Path) -> None:
     big = RNNTWorkloadConfig(**{**asdict(SMALL), "frames": 400, "label_len": 100, "vocab": 4096})
     total = torch.cuda.get_device_properties(0).total_memory / 1024**3
-    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cuda")
+    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cuda", BUILT_IN_WARM)
     try:
         oom_spec = spec(tmp_path / "warm_oom", big, 1, 1, 64, min(1.0, total), device="cuda")
         oom_trial = handed(pool, oom_spec, (0,))
@@ -228,7 +229,7 @@ def test_a_free_device_group_whose_worker_is_idle_is_given_the_next_trial(tmp_pa
 
     from sweep.launch.warm_pool import Worker
 
-    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cuda")
+    pool = WarmPool(local_launcher(tmp_path), tmp_path, "cuda", BUILT_IN_WARM)
     alive = SimpleNamespace(done=lambda: False, job_id="1", paths=None)
     idle, busy = Worker(alive, tmp_path / "idle", (2,)), Worker(alive, tmp_path / "busy", (1,))
     for worker, state in ((idle, "ready"), (busy, "running")):
@@ -253,7 +254,6 @@ def test_on_cuda_a_worker_stays_while_it_proves_a_clean_state_and_retires_on_a_l
 
     import psutil
 
-    import sweep.workloads.rnnt.runner as runner
     from sweep.launch.warm_pool import Worker
     from sweep.launch.worker import serve_worker
 
@@ -272,7 +272,6 @@ def test_on_cuda_a_worker_stays_while_it_proves_a_clean_state_and_retires_on_a_l
         if s.accum == 8:
             raise RuntimeError("a bug in the trial")
 
-    monkeypatch.setattr(runner, "run_trial", trial)
 
     def serve(accums: list[int]) -> dict:
         where = tmp_path / f"worker{accums[-1]}"
@@ -287,7 +286,7 @@ def test_on_cuda_a_worker_stays_while_it_proves_a_clean_state_and_retires_on_a_l
 
         threading.Thread(target=orchestrator, daemon=True).start()
         held.update(allocated=0, reserved=0)
-        serve_worker(str(where), "cuda", os.getpid(), psutil.Process().create_time())  # returns when it retires
+        serve_worker(str(where), "cuda", os.getpid(), psutil.Process().create_time(), lambda: trial)  # returns when it retires
         return worker.state()
 
     leaked = serve([1, 2, 4])

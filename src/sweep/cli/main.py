@@ -30,9 +30,9 @@ def _task(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from sweep.core.schema import trial_dir
-    from sweep.launch.job import run_job
     from sweep.orchestration.plan import make_plan
     from sweep.startup import over
+    from sweep.workloads import run_job
 
     over()  # the trial writes from here: a Ctrl-C is its own to handle
     sweep_dir = Path(HydraConfig.get().runtime.output_dir).absolute()

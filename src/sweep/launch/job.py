@@ -1,7 +1,8 @@
-"""What each submitit job runs: one trial of the configured workload.
+"""What each submitit job runs: one trial, by the run function it is given (sweep.workloads.run_job).
 
-Kept tiny and import-light: it is pickled by reference into every job, and the
-workload's heavy imports (torch) happen inside the job process only.
+Kept tiny and import-light: it is pickled into every job with its run function (by reference),
+and the workload's heavy imports (torch) happen inside the job process only. It knows no
+workload: launch/ sits below workloads/, which hands it the function.
 
 `run_job` is a submitit Checkpointable, so that on Slurm a trial that is preempted
 (or signalled before its time limit) is requeued instead of lost: its checkpoint is
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from submitit.core.utils import UncompletedJobError
@@ -24,15 +26,16 @@ from sweep.core.spec import TrialSpec
 
 
 class TrialJob(Checkpointable):
-    """The callable every trial job runs: `run_job(spec)`."""
+    """The callable every trial job runs: `TrialJob(run)(spec)` runs `run(spec)` in the job's process."""
+
+    def __init__(self, run: Callable[[TrialSpec], TrialResult]) -> None:
+        self.run = run  # a module-level function: pickled by reference, imported in the job
 
     def __call__(self, spec: TrialSpec) -> TrialResult:
-        from sweep import workloads
-
         leave_the_terminal()
         _threads_from_slurm()
         try:
-            return workloads.get(spec.workload.name).run(spec)
+            return self.run(spec)
         except UncompletedJobError as exc:
             # submitit raises this from its signal handler when it will not requeue: the job
             # reached its Slurm time limit more often than hydra.launcher.max_num_timeout allows.
@@ -49,9 +52,6 @@ class TrialJob(Checkpointable):
         # Called by submitit (task 0 only) on SIGUSR2; the requeued job reruns the trial from scratch.
         print(f"sweep: job signalled; requeueing accum={spec.accum} split={spec.split} to run again", flush=True)
         return DelayedSubmission(self, spec)
-
-
-run_job = TrialJob()
 
 
 def leave_the_terminal() -> None:

@@ -8,6 +8,10 @@ else each process's resident set. The peak of those sums is the trial's peak.
 
 headroom = 1 - peak / capacity: the fraction of the device left at the peak.
 A pair is tight when it ran ok but its headroom is below trial.memory_margin.
+
+This process's own figures (address space, resident set and their peaks) come from
+/proc/self/status: the built-in trial's CPU budget and peaks, and a warm worker's proof
+that it is as clean as it started.
 """
 
 from __future__ import annotations
@@ -16,12 +20,41 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
 
 GIB = 1024**3
 SAMPLE_INTERVAL_S = 0.2
+
+
+def _proc_status_bytes(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024  # reported in kB
+    raise RuntimeError(f"/proc/self/status has no {field}: the CPU memory budget needs Linux")
+
+
+def address_space_bytes() -> int:
+    return _proc_status_bytes("VmSize")
+
+
+def resident_bytes() -> int:
+    return _proc_status_bytes("VmRSS")
+
+
+def resident_peak_bytes() -> int:
+    return _proc_status_bytes("VmHWM")
+
+
+def address_space_peak_bytes() -> int:
+    return _proc_status_bytes("VmPeak")
+
+
+def reset_resident_peak() -> None:
+    # "5" resets VmHWM to the current resident size (Linux >= 4.0).
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def headroom(peak_gib: float | None, capacity_gib: float | None) -> float | None:

@@ -30,6 +30,19 @@ GRACE_S = 3.0
 POLL_S = 0.2
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started, so a trial's wall_s includes its interpreter and torch start-up.
+    From /proc's clock ticks and uptime: psutil's create_time adds the boot time in whole seconds, a second's
+    error on a start-up of a few."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started_ticks = int(fields[19])  # field 22 of stat(5); the first two were split off
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_s - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def become_subreaper() -> bool:
     """Orphaned descendants of this process are re-parented to it (Linux); False where that is not possible."""
     try:

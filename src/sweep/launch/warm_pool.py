@@ -20,6 +20,7 @@ import os
 import pickle
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,8 @@ def trial_end(warm: dict[str, Any]) -> str:
 class WarmPool:
     """The warm workers of one sweep: at most one idle worker per device group, started as trials need them."""
 
-    def __init__(self, launcher: dict[str, Any], sweep_dir: Path, device: str) -> None:
+    def __init__(self, launcher: dict[str, Any], sweep_dir: Path, device: str, warm_runner: Callable[[], Callable[..., Any]]) -> None:
+        self.warm_runner = warm_runner  # the workload's (Workload.warm_runner): what each worker runs its trials with
         self.executor = backends.make_executor(launcher, WORKER_TIME_LIMIT_S)
         self.root = Path(sweep_dir) / WORKERS_DIR
         self.device = device
@@ -147,10 +149,9 @@ class WarmPool:
 
     @staticmethod
     def serves(spec: Any, cluster: str) -> bool:
-        """Whether a warm worker may run this trial: a built-in trial of one task, launched on this host."""
-        from sweep.workloads.rnnt.config import RNNTWorkloadConfig
-
-        return cluster == "local" and isinstance(spec.workload, RNNTWorkloadConfig) and int(spec.num_devices) == 1
+        """Whether a warm worker may run this trial of a workload that has a warm runner (the pool's): a trial of one
+        task, launched on this host."""
+        return cluster == "local" and int(spec.num_devices) == 1
 
     def warm_group(self, groups: list[tuple[int, ...]]) -> int:
         """Which of the free device groups to give the next trial: the first whose worker is idle, so a host
@@ -173,7 +174,7 @@ class WarmPool:
         if gpus is not None:
             # LocalExecutor's documented parameters: the worker's CUDA_VISIBLE_DEVICES is this group, for all its trials.
             self.executor.update_parameters(visible_gpus=gpus, gpus_per_node=len(gpus))
-        job = self.executor.submit(serve_worker, str(where), self.device, *self.owner)
+        job = self.executor.submit(serve_worker, str(where), self.device, *self.owner, self.warm_runner)
         worker = Worker(job, where, gpus)
         self.workers.append(worker)
         return worker

@@ -1,5 +1,8 @@
 """Warm workers, the worker's side: one process per device group runs built-in trials in turn.
 
+The worker knows no workload: it is handed the workload's warm runner (sweep.workloads.base.Workload.warm_runner),
+calls it once to pay the heavy imports, and runs every trial with the function it returns.
+
 Start-up is most of a short GPU trial: on an H100 an OOM at step 0 cost 14-15 s of wall, nearly
 all of it interpreter start, imports, the CUDA context and the model build. A warm worker is a
 submitit job (sweep.launch.warm_pool starts it) that pays the interpreter and imports once, and
@@ -37,6 +40,7 @@ import pickle
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,7 +71,7 @@ def baseline(device: str) -> Baseline:
         import torch
 
         return Baseline(device, torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
-    from sweep.workloads.rnnt.memory import address_space_peak_bytes
+    from sweep.launch.memory import address_space_peak_bytes
 
     return Baseline(device, address_peak=address_space_peak_bytes())
 
@@ -79,14 +83,12 @@ def free_and_reset(device: str) -> None:
         return  # the trial ran in a child that has exited: nothing of it is left here
     import torch
 
-    from sweep.workloads.rnnt.memory import free_device_memory
-
     # cuBLAS keeps a workspace per handle in the caching allocator; a fresh process has none until its
     # first matmul, so a worker that kept them would start each later trial with memory a fresh one lacks.
     clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
     if clear_workspaces is not None:
         clear_workspaces()
-    free_device_memory(torch.device("cuda"))
+    torch.cuda.empty_cache()  # after the collection above: what the trial's garbage held goes back too
     torch.cuda.reset_peak_memory_stats()
 
 
@@ -130,10 +132,8 @@ def _owner_alive(pid: int, started: float) -> bool:
         return False
 
 
-def _run_forked(spec: Any, extra_startup_s: float) -> str | None:
+def _run_forked(run_trial: Callable[..., Any], spec: Any, extra_startup_s: float) -> str | None:
     """Run one trial in a forked child (CPU); why it did not end cleanly, or None when it did."""
-    from sweep.workloads.rnnt.runner import run_trial
-
     sys.stdout.flush()
     sys.stderr.flush()
     parent = os.getpid()
@@ -193,10 +193,8 @@ def _end_child(pid: int) -> None:
         pass
 
 
-def _run_here(spec: Any) -> str | None:
+def _run_here(run_trial: Callable[..., Any], spec: Any) -> str | None:
     """Run one trial in this process (CUDA); why it did not end cleanly, or None when it did."""
-    from sweep.workloads.rnnt.runner import run_trial
-
     try:
         run_trial(spec)
     except Exception as exc:  # noqa: BLE001 - its record is written (failed); this process is not to be trusted
@@ -216,12 +214,14 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"past its time limit and {BACKSTOP_S:g} s more (signal {signum})")
 
 
-def serve_worker(worker_dir: str, device: str, owner_pid: int, owner_started: float) -> None:
+def serve_worker(worker_dir: str, device: str, owner_pid: int, owner_started: float, warm_runner: Callable[[], Callable[..., Any]]) -> None:
     """The warm worker's job: run the trials handed to `worker_dir` in turn until told to retire,
-    until its state cannot be proved clean, or once the orchestrator that started it (owner) is gone."""
+    until its state cannot be proved clean, or once the orchestrator that started it (owner) is gone.
+    warm_runner: the workload's (Workload.warm_runner), called once here: torch and the model, the imports paid once."""
     from sweep.launch.job import leave_the_terminal
-    from sweep.workloads.rnnt.runner import process_age_s  # and with it torch and the model: the imports paid once
+    from sweep.launch.tree import process_age_s
 
+    run_trial = warm_runner()
     leave_the_terminal()
     where = Path(worker_dir)
     signal.signal(signal.SIGALRM, _interrupt)
@@ -248,10 +248,10 @@ def serve_worker(worker_dir: str, device: str, owner_pid: int, owner_started: fl
         _backstop(float(spec.trial.time_limit_s))
         try:
             if device == "cuda":
-                why = _run_here(spec)
+                why = _run_here(run_trial, spec)
             else:
                 # The worker's own start-up (interpreter, imports) belongs to its first trial, as in a fresh process.
-                why = _run_forked(spec, extra_startup_s=(process_age_s() or 0.0) if trials == 0 else 0.0)
+                why = _run_forked(run_trial, spec, extra_startup_s=(process_age_s() or 0.0) if trials == 0 else 0.0)
         except BaseException as exc:
             # Said before it ends this worker (still "running": the orchestrator waits for its job to end, as before), so
             # one that ended without "raised" was killed by a signal, no handler of its having run (warm_pool.trial_end).

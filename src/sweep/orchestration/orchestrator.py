@@ -153,10 +153,10 @@ class Orchestrator:
         plan = self.plan
         self._load_finished()
         self.executor = backends.make_executor(plan.launcher, plan.time_limit_s)
-        if plan.warm_workers and self.cluster == "local":
+        if plan.warm_workers and self.cluster == "local" and self.workload.warm_runner is not None:
             from sweep.launch.warm_pool import WarmPool
 
-            self.pool = WarmPool(plan.launcher, plan.sweep_dir, plan.machine.device)
+            self.pool = WarmPool(plan.launcher, plan.sweep_dir, plan.machine.device, self.workload.warm_runner)
         if self.cluster == "local" and plan.machine.device == "cuda":
             self.free_gpus = backends.gpu_groups(local_cuda_devices(), plan.meta.num_devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
         self._reattach()
@@ -208,7 +208,6 @@ class Orchestrator:
     # -- jobs ---------------------------------------------------------------------------------
     def submit(self, cand: Candidate) -> None:
         """Start a trial of `cand` (in a warm worker where one serves it, else as a job of its own) and track it."""
-        from sweep.launch.job import run_job
         from sweep.orchestration.retime import end_retimings
 
         if self.retimings:  # an earlier run's re-timing would share this trial's device; the check re-times after the trials
@@ -226,7 +225,7 @@ class Orchestrator:
         if warm:
             job, how = self.pool.submit(spec, gpus), "warm worker job"  # writes job.json before handing it over
         else:
-            job, how = self.executor.submit(run_job, spec), "job"
+            job, how = self.executor.submit(workloads.run_job, spec), "job"
             backends.remember_job(tdir, job, self.cluster)
         self.in_flight[cand.key] = InFlight(cand, job, spec, time.monotonic(), gpus=gpus)
         self.display.log(f"started accum={cand.accum} split={cand.split} ({how} {job.job_id}, log {backends.job_log(job)})")

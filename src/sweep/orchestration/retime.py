@@ -124,7 +124,7 @@ def _retime(orch: SweepState, first: TrialResult, job: Any = None) -> TrialResul
 
     The job is held in orch.retimings while it runs, so that every way out (a stop, a full disk) ends it."""
     from sweep.launch.ended import ended_job_result, forget_ended
-    from sweep.launch.job import run_job
+    from sweep.workloads import run_job
 
     if orch.stop.signal is not None:  # stopped between two re-timings: start no other
         raise Interrupted()

@@ -42,6 +42,10 @@ class Workload:
     at_edge: Callable[[Any], Any] = lambda config: config
     # True: a trial runs one task per node (the workload's own launcher starts the ranks); False: one per device.
     one_launcher_per_node: bool = False
+    # Called once in a warm worker's process (launch/worker.py), where it pays the heavy imports, and returning the
+    # function that runs each trial there: run(spec, extra_startup_s=...), the start-up its first trial owes. None: each
+    # trial needs a process of its own (a command's memory is the user's program's), so no warm worker serves it.
+    warm_runner: Callable[[], Callable[..., TrialResult]] | None = None
     # A few lines for dry_run on what the workload is (its size, say); empty if nothing useful.
     describe: Callable[[Any], str] = lambda config: ""
     # dry_run's lines on how one trial starts (a command: the line each node's launcher runs); empty if nothing useful.

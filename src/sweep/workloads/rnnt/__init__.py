@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sweep.errors import SweepError
@@ -42,10 +43,17 @@ def _run(spec: TrialSpec) -> TrialResult:
     return run_trial(spec)
 
 
+def _warm_runner() -> Callable[..., TrialResult]:
+    """In a warm worker, once: torch and the model's modules imported, so the trials it forks find them loaded."""
+    from sweep.workloads.rnnt.runner import run_trial
+
+    return run_trial
+
+
 def _describe(config: RNNTWorkloadConfig) -> str:
     from sweep.workloads.rnnt.data import size_summary  # pure arithmetic on the dimensions
 
     return size_summary(config)
 
 
-WORKLOAD = Workload(name="rnnt", schema=RNNTWorkloadConfig, validate=_validate, run=_run, describe=_describe)
+WORKLOAD = Workload(name="rnnt", schema=RNNTWorkloadConfig, validate=_validate, run=_run, warm_runner=_warm_runner, describe=_describe)

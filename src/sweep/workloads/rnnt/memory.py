@@ -15,13 +15,13 @@ import ctypes.util
 import gc
 import resource
 import traceback
-from pathlib import Path
 
 import torch
 
 # Substrings of the messages allocators give when memory runs out: the probe's tuple, the one list (the
 # probe keeps it in a stdlib-only module, since it runs where sweep may not be importable). Anything else
 # is a bug and must surface, not be recorded as "too big" (Lightning's rule).
+from sweep.launch.memory import address_space_bytes, address_space_peak_bytes, reset_resident_peak, resident_bytes, resident_peak_bytes
 from sweep.probe.boot._sweep_probe_oom import OOM_MESSAGES
 
 GIB = 1024**3
@@ -155,34 +155,6 @@ def _malloc_trim() -> None:
     libc = _get_libc()
     if libc and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
-
-
-def _proc_status_bytes(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024  # reported in kB
-    raise RuntimeError(f"/proc/self/status has no {field}: the CPU memory budget needs Linux")
-
-
-def address_space_bytes() -> int:
-    return _proc_status_bytes("VmSize")
-
-
-def resident_bytes() -> int:
-    return _proc_status_bytes("VmRSS")
-
-
-def resident_peak_bytes() -> int:
-    return _proc_status_bytes("VmHWM")
-
-
-def address_space_peak_bytes() -> int:
-    return _proc_status_bytes("VmPeak")
-
-
-def reset_resident_peak() -> None:
-    # "5" resets VmHWM to the current resident size (Linux >= 4.0).
-    Path("/proc/self/clear_refs").write_text("5")
 
 
 # ---------------------------------------------------------------- budget and peak

@@ -34,6 +34,7 @@ from sweep.core.stats import special, throughput_summary
 from sweep.core.steady import steady_steps
 from sweep.core.validity import validated
 from sweep.launch.memory import headroom, is_tight
+from sweep.launch.tree import process_age_s
 from sweep.records import stop_requested, write_progress, write_result
 from sweep.workloads.rnnt.memory import (
     DeviceOOM,
@@ -48,17 +49,6 @@ from sweep.workloads.rnnt.model import RNNTWorkload
 GIB = 1024**3
 _startup_counted = False  # whether an earlier run_trial in this process already counted start-up
 PROBE_SUBDIR = "probe"  # <trial_dir>/probe/: the probe's records, one file per rank
-
-
-def process_age_s() -> float | None:
-    """Seconds since this process started, so wall_s includes interpreter and torch start-up."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        started_ticks = int(fields[19])  # field 22 of stat(5); the first two were split off
-        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
-        return max(0.0, uptime_s - started_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _one_line(exc: BaseException) -> str:
