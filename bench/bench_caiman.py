@@ -156,7 +156,7 @@ CPU_SCALE = {"width": 16, "vocab": 32, "duration": 10.0, "memory": 256}
 def preset(model: str):
     from sweep.workloads.rnnt.config import RNNTWorkloadConfig
 
-    conf = Path(__file__).resolve().parents[1] / "src" / "sweep" / "conf" / "workload" / f"rnnt_{model}.yaml"
+    conf = Path(__file__).resolve().parents[1] / "conf" / "workload" / f"rnnt_{model}.yaml"
     values = yaml.safe_load(conf.read_text())
     values.pop("defaults", None)
     return RNNTWorkloadConfig(**values)

@@ -1,7 +1,7 @@
 """The sbatch script `python -m sweep` submits for each trial, for the golden files.
 
 The text is built the way a sweep builds it: conf/ composed by Hydra with the same
-overrides, sweep.orchestration.plan.make_plan, sweep.launch.backend.make_executor, then submitit's own
+overrides, sweep.orchestration.settings.read_settings and plan.make_plan, sweep.launch.backend.make_executor, then submitit's own
 SlurmExecutor._make_submission_file_text. Only what differs between hosts and runs
 is normalised: the sweep dir becomes /SWEEP and the interpreter becomes `python`.
 
@@ -61,12 +61,13 @@ def compose_plan(overrides: list[str], sweep_dir: str = SWEEP_DIR):
 
     from sweep.cli.config import register_configs
     from sweep.orchestration.plan import make_plan
+    from sweep.orchestration.settings import read_settings
     from sweep.resources import CONF_DIR
 
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("sweep", overrides=[*overrides, f"hydra.sweep.dir={sweep_dir}"], return_hydra_config=True)
-    return make_plan(cfg, [], Path(sweep_dir))
+    return make_plan(read_settings(cfg, []), Path(sweep_dir))
 
 
 @contextlib.contextmanager

@@ -57,9 +57,9 @@ def test_the_flags_are_the_argvs_own_for_any_parser_without_a_preset(parser: str
 
 
 def test_a_presets_argv_keeps_its_flags_and_a_preset_fills_in_where_the_argv_has_none() -> None:
-    argv = yaml.safe_load((ROOT / "src" / "sweep" / "conf" / "sweep" / "hf.yaml").read_text())["workload"]["argv"]
+    argv = yaml.safe_load((ROOT / "sweeps" / "hf.yaml").read_text())["workload"]["argv"]
     assert rec_for("hf", argv)["flags"] == "--per_device_train_batch_size=8 --gradient_accumulation_steps=8"
-    deepspeed = yaml.safe_load((ROOT / "src" / "sweep" / "conf" / "sweep" / "deepspeed.yaml").read_text())["workload"]["argv"]
+    deepspeed = yaml.safe_load((ROOT / "sweeps" / "deepspeed.yaml").read_text())["workload"]["argv"]
     assert rec_for("deepspeed", deepspeed)["flags"] == '"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 8'
 
 

@@ -20,7 +20,7 @@ from sweep.workloads.command.nodes import STOPPED, Team, Verdict, attempt_tag, f
 from sweep.workloads.command.probed import recorded_by_every_rank
 from sweep.workloads.command.template import fill, template_fields
 
-PRESETS = Path(__file__).resolve().parents[1] / "src" / "sweep" / "conf" / "sweep"
+PRESETS = Path(__file__).resolve().parents[1] / "sweeps"
 GLOO = "rank 0: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:6292"
 
 

@@ -93,13 +93,19 @@ def test_env_placeholders_reach_the_command_and_values_cannot_inject(tmp_path):
 def test_bad_command_templates_fail_in_one_line_before_launch(tmp_path, override, message, dry_run):
     args = [f"hydra.sweep.dir={tmp_path / 's'}", "workload=command", 'workload.argv=["python","--b={accum}"]', override]
     proc = run_sweep([*args, *(["dry_run=true"] if dry_run else [])], cwd=tmp_path)
-    assert proc.returncode == 2, proc.stdout
     assert message in proc.stderr and proc.stderr.count("\n") == 1
     assert not (tmp_path / "s").exists()
+    # A path this host lacks (the script, the executable, the cwd) only stops a run: a dry run shows its plan and warns.
+    host_path = any(s in proc.stderr for s in ("which is not a file in", "is not an executable on PATH", "is not a directory"))
+    if dry_run and host_path:
+        assert proc.returncode == 0 and proc.stderr.startswith("sweep: warning: ") and "a run from here would stop on it" in proc.stderr
+        assert "valid pairs" in proc.stdout or "accum" in proc.stdout, proc.stdout
+    else:
+        assert proc.returncode == 2, proc.stdout
 
 
 def test_builtin_workload_as_a_command_with_a_real_oom(tmp_path):
-    """The shipped example sweep/conf/sweep/builtin_command.yaml, at test size, with a budget that the
+    """The shipped example sweeps/builtin_command.yaml, at test size, with a budget that the
     biggest joint batch exceeds: the OOM phase comes from the traceback in the log."""
     sweep_dir = tmp_path / "s"
     tiny = '["python","-m","sweep.workloads.rnnt.train","--global_batch_size={global_batch_size}","--grad_accumulation_batches={accum}","--batch_split_factor={split}","--epochs=2","--steps_per_epoch=1","--frames=16","--enc_hidden=16","--pred_hidden=16","--label_len=16","--vocab=4096","--joint_hidden=256","--memory_gib=0.25"]'

@@ -34,7 +34,7 @@ from sweep_run import run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAMEWORKS = Path(__file__).with_name("frameworks")
-PRESETS = ROOT / "src" / "sweep" / "conf" / "sweep"
+PRESETS = ROOT / "sweeps"
 TOLERANCE = 0.02  # the probe against the framework's own timing of the same steps
 TOTAL_TOLERANCE = 0.05  # their sums over the same steps
 RANKING_NOISE = 0.05  # two pairs whose own median step times differ by less are not ranked

@@ -38,3 +38,36 @@ def test_a_users_own_sweeps_folder_is_searched_first(tmp_path):
     unknown = run(["+sweep=nope", "dry_run=true"], tmp_path)
     assert unknown.returncode == 2, unknown.stderr
     assert "mine" in unknown.stderr and "rnnt_large" in unknown.stderr
+
+
+# Python as on the GPU machines (../shared/gpu/prepare.sh): src/ on PYTHONPATH, sweep not installed at all. Here it is
+# installed editable, so its import hook (setuptools' __editable__ finder, which maps sweep.conf onto conf/) is taken
+# out first; what is left finds sweep in src/ alone.
+NOT_INSTALLED = (
+    "import runpy, sys\n"
+    "sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '').startswith('__editable__')]\n"
+    "import sweep.resources as r\n"
+    "print('configs', r.CONF_DIR, r.SWEEPS_DIR)\n"
+    "sys.argv = ['sweep', *sys.argv[1:]]\n"
+    "runpy.run_module('sweep', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def test_a_checkout_run_from_src_without_installing_finds_its_own_configs(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.run([sys.executable, "-c", NOT_INSTALLED, "+sweep=nanogpt", "dry_run=true"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    top = SRC.parent
+    assert proc.stdout.splitlines()[0] == f"configs {top / 'conf'} {top / 'sweeps'}"
+    assert "nothing launched" in proc.stdout and "python train.py config/train_gpt2.py" in proc.stdout
+    # nanoGPT's train.py is not here: a dry run shows the plan and says what a run from here would stop on.
+    assert proc.stderr.startswith("sweep: warning: workload.argv names 'train.py', which is not a file in")
+
+
+def test_a_fresh_checkouts_shipped_sweep_dry_runs_from_its_root():
+    """The README's first look: `python -m sweep +sweep=nanogpt dry_run=true` in a fresh clone (./sweeps is the shipped
+    folder itself there, on the search path once)."""
+    proc = run(["+sweep=nanogpt", "dry_run=true"], SRC.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("dry run: ") and "global_batch_size=480" in proc.stdout.splitlines()[0]

@@ -244,3 +244,53 @@ def test_errors_keep_their_old_import_paths() -> None:
 
     assert (LoadError, ResultError, SpaceError) == (errors.LoadError, errors.ResultError, errors.SpaceError)
     assert issubclass(SpaceError, ValueError) and issubclass(LoadError, ValueError)
+
+
+ROOT = SRC.parent
+
+
+def _setuptools_config() -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli", reason="reading pyproject.toml on Python 3.10 needs tomli")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_pyproject_lists_every_package():
+    """pyproject.toml names the packages one by one (the top-level conf/ and sweeps/ are mapped in as sweep.conf and
+    sweep.sweeps): a subpackage left off the list is left out of the wheel, while the tests, run from the checkout,
+    still pass. So every dir with an __init__.py under src/, conf/ and sweeps/ must be listed."""
+    tool = _setuptools_config()
+    listed = set(tool["packages"])
+    mapped = {name: ROOT / path for name, path in tool["package-dir"].items() if name}
+    assert mapped == {"sweep.conf": ROOT / "conf", "sweep.sweeps": ROOT / "sweeps"}
+    assert tool["package-dir"][""] == "src"
+    roots = [("", SRC), *((name + ".", path) for name, path in mapped.items())]
+    on_disk = {prefix + ".".join(init.parent.relative_to(root).parts) for prefix, root in roots for init in root.rglob("__init__.py")}
+    on_disk = {name.rstrip(".") for name in on_disk}
+    assert {"sweep", "sweep.core", "sweep.conf", "sweep.sweeps", "hydra_plugins.sweep_sweeper"} <= on_disk  # the walk found them
+    assert sorted(on_disk - listed) == [], "add these to [tool.setuptools] packages in pyproject.toml"
+    where = {name: mapped.get(name, SRC.joinpath(*name.split("."))) for name in listed}
+    assert sorted(name for name, path in where.items() if not path.is_dir()) == [], "listed, but no such dir"
+    # The one listed dir without an __init__.py: Hydra's namespace package, shared with the other Hydra plugins.
+    assert {name for name, path in where.items() if not (path / "__init__.py").is_file()} == {"hydra_plugins"}
+
+
+def test_the_top_level_holds_the_configs_and_the_shipped_sweeps():
+    """Issue 46: conf/ holds the machine, search and workload configs (and the primary sweep.yaml), sweeps/ the shipped
+    sweep definitions, one YAML per preset; src/, tests/ and outputs/.gitkeep beside them (anything else may be too)."""
+    for name in ("pyproject.toml", "src", "tests", "conf", "sweeps", "outputs/.gitkeep"):
+        assert (ROOT / name).exists(), f"{name} is missing from the top of the repository"
+    assert (ROOT / "conf" / "sweep.yaml").is_file()
+    assert {p.name for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name != "__pycache__"} == {"machine", "search", "workload"}
+    shipped = {p.stem for p in (ROOT / "sweeps").glob("*.yaml")}
+    assert {"nanogpt", "rnnt_base", "rnnt_large"} <= shipped
+    for path in sorted((ROOT / "sweeps").glob("*.yaml")):
+        lines = path.read_text().splitlines()
+        assert lines[0] == "# @package _global_" and lines[1].startswith("# "), f"{path.name}: starts with its package line, then says what it is"
+        assert any(line.startswith("# Use:  python -m sweep ") and f"+sweep={path.stem}" in line for line in lines), f"{path.name}: no `# Use:` line"
+        assert f"# Ready to copy: ./sweeps/{path.stem}.yaml " in path.read_text(), f"{path.name}: does not say how to copy it"
+    # Nothing is left in the package's old config dir: even empty, src/sweep/conf would be imported as sweep.conf
+    # (a namespace package) ahead of the mapped conf/ in an editable install.
+    assert not (PACKAGE / "conf").exists(), "src/sweep/conf is gone: configs live in conf/ and sweeps/"

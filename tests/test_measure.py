@@ -7,11 +7,10 @@ import random
 
 import pytest
 
-from sweep.core.config import TrialConfig
+from sweep.core.config import TrialConfig, trial_refusal
 from sweep.core.measure import (
     MIN_INTERVAL_STEPS,
     cannot_win,
-    check_trial_settings,
     enough_measured,
     race_reason,
     relative_half_widths,
@@ -113,13 +112,11 @@ BAD = [
 
 
 @pytest.mark.parametrize("changes, message", BAD, ids=[m.split(" ")[0] for _, m in BAD])
-def test_check_trial_settings_rejects(changes, message):
-    with pytest.raises(ValueError) as err:
-        check_trial_settings(TrialConfig(**changes))
-    assert str(err.value).startswith(message)
-    assert "\n" not in str(err.value)
+def test_trial_refusal_refuses(changes, message):
+    why = trial_refusal(TrialConfig(**changes))
+    assert why is not None and why.startswith(message) and "\n" not in why
 
 
 @pytest.mark.parametrize("changes", [{}, dict(target_precision=0.49), dict(measure_steps=8, max_measure_steps=8)])
-def test_check_trial_settings_accepts(changes):
-    check_trial_settings(TrialConfig(**changes))
+def test_trial_refusal_accepts(changes):
+    assert trial_refusal(TrialConfig(**changes)) is None

@@ -102,7 +102,7 @@ def test_validation_between_training_lines_does_not_move_the_median(kind: str) -
     assert s.value == pytest.approx(expected) and not any(f.role == IGNORED for f in s.figures)
 
 
-# --- the recommendation in each framework's flags, from its shipped sweep/conf/sweep/<preset>.yaml ---------
+# --- the recommendation in each framework's flags, from its shipped sweeps/<preset>.yaml -------------------
 
 SHIPPED_FLAGS = {
     "nanogpt": "--batch_size=16 --gradient_accumulation_steps=2",
@@ -126,7 +126,7 @@ def test_shipped_sweeps_recommend_in_the_frameworks_flags(name: str) -> None:
     from sweep.core.schema import TrialResult
     from sweep.parsers.presets import flags_template
 
-    cfg = yaml.safe_load((ROOT / "src" / "sweep" / "conf" / "sweep" / f"{name}.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "sweeps" / f"{name}.yaml").read_text())
     meta = SweepMeta("s", "m", "command", 256, 8, parser=name, splits_apply=False,
                      flags_template=flags_template(name, cfg["workload"]["argv"]))
     best = TrialResult(accum=2, split=1, per_device_batch=16, joint_batch=16, global_batch_size=256, num_devices=8, status="ok")

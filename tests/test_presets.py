@@ -1,5 +1,5 @@
 """Framework presets: log lines written from each framework's own format strings, the figures read,
-the conversion to samples/s or tokens/s, warm-up and intervals, and the shipped sweep/conf/sweep/<preset>.yaml."""
+the conversion to samples/s or tokens/s, warm-up and intervals, and the shipped sweeps/<preset>.yaml."""
 
 from __future__ import annotations
 
@@ -363,11 +363,11 @@ def test_unknown_preset() -> None:
         get_preset("keras")
 
 
-# --- the shipped sweep/conf/sweep/<preset>.yaml --------------------------------------------------
+# --- the shipped sweeps/<preset>.yaml ------------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted(set(PRESETS) - {"myrtle"}))
 def test_each_preset_ships_a_1d_sweep_with_its_own_flags(name: str) -> None:
-    cfg = yaml.safe_load((ROOT / "src" / "sweep" / "conf" / "sweep" / f"{name}.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "sweeps" / f"{name}.yaml").read_text())
     wl = cfg["workload"]
     preset = get_preset(name)
     assert wl["splits_apply"] is False and wl["parser"]["type"] == name

@@ -99,7 +99,8 @@ def plan(arguments: list[str], sweep_dir: Path):
     from hydra import compose, initialize_config_dir
 
     from sweep.cli.config import register_configs
-    from sweep.orchestration.plan import SWEEPABLE, make_plan
+    from sweep.orchestration.plan import make_plan
+    from sweep.orchestration.settings import SWEEPABLE, read_settings
     from sweep.resources import CONF_DIR
 
     swept = [a for a in arguments if a.split("=", 1)[0] in SWEEPABLE]
@@ -110,7 +111,7 @@ def plan(arguments: list[str], sweep_dir: Path):
         moved = _in_a_checkout(cfg, sweep_dir.parent / "checkout")
         if moved:
             cfg = compose("sweep", overrides=[*fixed, *moved, f"hydra.sweep.dir={sweep_dir}"], return_hydra_config=True)
-    return make_plan(cfg, swept, sweep_dir)
+    return make_plan(read_settings(cfg, swept), sweep_dir)
 
 
 def _in_a_checkout(cfg, checkout: Path) -> list[str]:

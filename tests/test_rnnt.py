@@ -244,7 +244,7 @@ def test_two_ranks_match_one_and_agree_on_an_oom(tmp_path):
 
 # -- real scale: presets, variable lengths, mixed precision
 
-CONF = Path(__file__).resolve().parents[1] / "src" / "sweep" / "conf" / "workload"
+CONF = Path(__file__).resolve().parents[1] / "conf" / "workload"
 
 
 def preset(name: str) -> RNNTWorkloadConfig:

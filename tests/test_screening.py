@@ -37,22 +37,25 @@ for epoch in (1, 2, 3):
 
 
 def test_screening_modes():
+    from sweep.core.config import SearchConfig, refusal
+
     assert screens("auto", 8) and screens("on", 2) and not screens("off", 8) and not screens("auto", 1)
-    with pytest.raises(ValueError, match="search.screen='sometimes' is not valid: expected one of auto, on, off"):
-        screens("sometimes", 8)
+    # The edge refuses any other word by search.screen's rule (core/config.py), before screens is asked.
+    assert refusal(SearchConfig(screen="sometimes"), "search.") == "search.screen='sometimes' is not valid: expected one of auto, on, off"
+    assert refusal(SearchConfig(screen="on"), "search.") is None
 
 
 def test_yaml_on_and_off_mean_the_words_they_spell(tmp_path):
     """`screen: on` in a YAML file (as docs/gpus.md spells the values) is a boolean to YAML 1.1, 'True' to the schema."""
-    from sweep.core.config import MachineConfig
-    from sweep.errors import SweepError
-    from sweep.orchestration.config_checks import resolved_screen
+    from sweep.orchestration.settings import screen_word
 
-    two = MachineConfig(device="cpu", num_devices=2)
-    assert resolved_screen(True, two) and resolved_screen("True", two) and not resolved_screen("False", two)
-    assert not resolved_screen(False, two) and resolved_screen("on", two)
-    with pytest.raises(SweepError, match="search.screen='sometimes' is not valid"):
-        resolved_screen("sometimes", two)
+    assert [screen_word(v) for v in (True, "True", False, "False", "on", "auto", "sometimes")] == ["on", "on", "off", "off", "on", "auto", "sometimes"]
+    from test_readme import plan
+
+    # What YAML's `on` becomes: true, which the str schema holds as 'True'. `on` screens even CPU sweeps of 2 ranks.
+    assert plan(["+machine=cpu2", "search.screen=true"], tmp_path / "on").screen
+    assert not plan(["+machine=cpu2", "search.screen=false"], tmp_path / "off").screen
+    assert not plan(["+machine=cpu2"], tmp_path / "auto").screen  # auto: CUDA sweeps only
 
 
 def _ok(accum: int, times: list[float], tight: bool = False) -> TrialResult:

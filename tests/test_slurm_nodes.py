@@ -28,7 +28,7 @@ from sweep_run import run_sweep
 pytestmark = pytest.mark.slurm
 
 TRAIN = Path(__file__).with_name("nodes_train.py")
-PRESETS = Path(__file__).resolve().parents[1] / "src" / "sweep" / "conf" / "sweep"
+PRESETS = Path(__file__).resolve().parents[1] / "sweeps"
 GBS = 16
 
 

@@ -32,7 +32,7 @@ from sweep_run import TINY, background_sweep, run_sweep
 # this module (tests/ is not on its sys.path): ship them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-CONF_MACHINES = Path(__file__).resolve().parents[1] / "src" / "sweep" / "conf" / "machine"
+CONF_MACHINES = Path(__file__).resolve().parents[1] / "conf" / "machine"
 TABLE_HEADER = Path(__file__).resolve().parent / "golden" / "trials_header.csv"
 WAIT_S = 90
 # A trial slow enough to act on while it measures: a longer, wider encoder (about 0.1 s a

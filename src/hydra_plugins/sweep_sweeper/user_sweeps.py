@@ -1,10 +1,11 @@
-"""A user's own `./sweeps/NAME.yaml` selected with `+sweep=NAME`, next to the sweeps shipped in the package.
+"""The `sweep` config group (`+sweep=NAME`): a user's own `./sweeps/NAME.yaml` first, then the shipped sweeps.
 
-The shipped configs live inside the package (sweep/conf), so an installed sweep runs from any
-directory. Sweep definitions a team keeps in its own repo are found in the working directory's
-`sweeps/` folder, searched before the shipped ones so that a local file of the same name wins.
-Hydra's search path holds config roots whose group folders match the group names; `sweeps/` is
-named for people, not for the `sweep` group, so a small config source maps the one onto the other.
+The shipped sweeps are the repository's top-level `sweeps/`, one NAME.yaml per preset, which ships inside the
+package as sweep.sweeps (sweep/resources.py's SWEEPS_DIR), so an installed sweep runs from any directory. Sweep
+definitions a team keeps in its own repo are found in the working directory's `sweeps/` folder, searched before
+the shipped ones so that a local file of the same name wins. Hydra's search path holds config roots whose group
+folders match the group names; a `sweeps/` folder holds the files themselves, named for people, not for the
+`sweep` group, so a small config source maps the one onto the other for both.
 Kept import-light: Hydra imports every module under hydra_plugins at plugin discovery.
 """
 
@@ -20,11 +21,10 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import OmegaConf
 
 GROUP = "sweep"
-USER_DIR = "sweeps"
 
 
 class UserSweepsConfigSource(ConfigSource):
-    """`sweeps://DIR`: DIR/NAME.yaml is the config `sweep/NAME`; there is nothing else in it."""
+    """`sweeps://DIR`: DIR/NAME.yaml is the config `sweep/NAME`; nothing else in DIR is a config."""
 
     @staticmethod
     def scheme() -> str:
@@ -68,7 +68,17 @@ class UserSweepsConfigSource(ConfigSource):
 
 
 class UserSweepsSearchPath(SearchPathPlugin):
+    """The shipped sweeps appended to the search path; a user's ./sweeps, where there is one, put before everything."""
+
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        user_dir = os.path.abspath(USER_DIR)
-        if os.path.isdir(user_dir):
+        # Deferred so that plugin discovery imports nothing of sweep's.
+        from sweep.resources import CONF_DIR, SWEEPS_DIR, USER_SWEEPS_DIR
+
+        # Sweep's own app only (its primary config dir is on the path): other Hydra apps here get no `sweep` group.
+        if not any(os.path.abspath(entry.path.removeprefix("file://")) == os.path.abspath(CONF_DIR) for entry in search_path.get_path()):
+            return
+        search_path.append(provider="sweep", path=f"sweeps://{SWEEPS_DIR}")
+        user_dir = os.path.abspath(USER_SWEEPS_DIR)
+        # Run from a checkout's root, ./sweeps is the shipped dir itself: once on the path is enough.
+        if os.path.isdir(user_dir) and not os.path.samefile(user_dir, SWEEPS_DIR):
             search_path.prepend(provider="sweep-user", path=f"sweeps://{user_dir}")

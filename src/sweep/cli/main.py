@@ -31,12 +31,14 @@ def _task(cfg: Any) -> None:
 
     from sweep.core.schema import trial_dir
     from sweep.orchestration.plan import make_plan
+    from sweep.orchestration.settings import read_settings
     from sweep.startup import over
     from sweep.workloads import run_job
 
+    settings = read_settings(cfg, [])
     over()  # the trial writes from here: a Ctrl-C is its own to handle
     sweep_dir = Path(HydraConfig.get().runtime.output_dir).absolute()
-    plan = make_plan(cfg, [], sweep_dir)
+    plan = make_plan(settings, sweep_dir)
     cand = next(c for c in plan.candidates if c.valid)
     spec = plan.spec(cand, trial_dir(sweep_dir, cand.key))
     print(json.dumps(run_job(spec).to_dict(), indent=2))

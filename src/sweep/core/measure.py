@@ -104,21 +104,6 @@ def race_reason(candidate: Interval, leader: Interval, leader_key: str) -> str:
     )
 
 
-def check_trial_settings(trial: TrialConfig) -> None:
-    """Raise ValueError (one line: the bad value and what is valid) for unusable measurement settings."""
-    tp = trial.target_precision
-    if isinstance(tp, bool) or not isinstance(tp, (int, float)) or not 0 < tp < 0.5:
-        raise ValueError(f"trial.target_precision={tp!r} is not valid: expected a number in (0, 0.5), e.g. 0.02 for +-2%")
-    steps, cap = trial.measure_steps, trial.max_measure_steps
-    for name, value in (("trial.measure_steps", steps), ("trial.max_measure_steps", cap)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} is not valid: expected a positive integer")
-    if cap < steps:
-        raise ValueError(
-            f"trial.max_measure_steps={cap} is not valid: expected at least trial.measure_steps={steps} (the minimum)"
-        )
-
-
 def progress_record(step_times_s: Sequence[float], **extra: Any) -> str:
     """PROGRESS_FILE's text: the timed step times so far (what racing builds the running interval from)."""
     return json.dumps({**extra, "step_times_s": [round(float(t), 6) for t in step_times_s]}) + "\n"

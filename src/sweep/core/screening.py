@@ -24,14 +24,12 @@ from sweep.core.growth import at_risk
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, TrialResult
 
-SCREEN_MODES = ("auto", "on", "off")
 SCREENING_DIR = "screening"  # under the sweep dir: the one-rank trials, a sweep dir of their own
 
 
 def screens(mode: str, num_devices: int) -> bool:
-    """Whether a sweep of num_devices-rank trials screens first: auto and on, when there are ranks to split."""
-    if mode not in SCREEN_MODES:
-        raise ValueError(f"search.screen={mode!r} is not valid: expected one of {', '.join(SCREEN_MODES)}")
+    """Whether a sweep of num_devices-rank trials screens first: auto and on, when there are ranks to split.
+    mode: one of SCREEN_MODES, as the edge validated it (orchestration/settings.py)."""
     return mode != "off" and num_devices > 1
 
 

@@ -12,6 +12,7 @@ from sweep import startup
 from sweep.orchestration.orchestrator import Orchestrator
 from sweep.orchestration.plan import make_plan
 from sweep.orchestration.preflight import check_runnable_here, dry_run_text
+from sweep.orchestration.settings import read_settings
 from sweep.orchestration.sweep_dir import (
     claim_fresh_dir,
     dir_given,
@@ -29,26 +30,28 @@ exit_code = 0
 def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25) -> int:
     """Entry from the Hydra Sweeper: build the plan, then run it (or just show it)."""
     global exit_code
+    settings = read_settings(cfg, arguments)  # the config checked once: nothing below reads cfg for a setting
+    given = dir_given(cfg)
     sweep_dir = default_dir = sweep_dir_of(cfg)
-    if not dir_given(cfg) and sweep_dir.exists():
+    if not given and sweep_dir.exists():
         sweep_dir = first_free(default_dir)
         set_sweep_dir(cfg, sweep_dir)
-    plan = make_plan(cfg, arguments, sweep_dir)
+    plan = make_plan(settings, sweep_dir)
     if plan.dry_run:
         print(dry_run_text(plan))
         exit_code = 0
         return exit_code
     check_runnable_here(plan)  # before any dir is made: a refusal writes nothing
     startup.over()  # a Ctrl-C from here on is the sweep's to clean up, not an instant exit
-    with removed_if_refused(plan.sweep_dir if dir_given(cfg) else default_dir) as made:
-        if not dir_given(cfg):
+    with removed_if_refused(plan.sweep_dir if given else default_dir) as made:
+        if not given:
             # The default dir is named by the second: a sweep started in the same second by
             # someone else must not share (and resume) it. mkdir is the atomic claim.
             claimed = claim_fresh_dir(default_dir)
             made.append(claimed)
             if claimed != sweep_dir:
                 set_sweep_dir(cfg, claimed)
-                plan = make_plan(cfg, arguments, claimed)
+                plan = make_plan(settings, claimed)
         # The dir's lock for the whole sweep, taken before its first write: screening writes sweep.json and
         # runs trials before the full sweep's orchestrator starts (it takes the lock again, re-entrant).
         with sweep_lock(plan.sweep_dir):

@@ -1,8 +1,7 @@
-"""Turn a composed config plus the multirun overrides into a checked sweep plan.
+"""A sweep's plan: its checked settings (orchestration/settings.py) in its sweep dir.
 
-Everything a user can get wrong is checked here (the config's values by
-orchestration/config_checks.py), before a directory is made or a job is launched,
-and reported as one SweepError line naming the value and what would be valid.
+The settings were checked at the edge; what is checked here is the dir: a sweep there before
+must have measured under the same settings, or its trials do not apply.
 """
 
 from __future__ import annotations
@@ -11,34 +10,19 @@ import json
 import shlex
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweep import workloads
-from sweep.core.config import MachineConfig, TrialConfig, memory_margin
+from sweep.core.config import MachineConfig, TrialConfig
 from sweep.core.fingerprint import differences, fingerprint, fingerprint_values, restoring_overrides
 from sweep.core.ranking import SweepMeta
 from sweep.core.schema import now_iso
-from sweep.core.space import Candidate, SpaceError, enumerate_candidates
+from sweep.core.space import Candidate
 from sweep.core.spec import TrialSpec
 from sweep.errors import SweepError
-from sweep.orchestration.config_checks import (
-    check_known_keys,
-    check_launcher_text,
-    check_machine,
-    check_no_schema_choice,
-    check_stress_step,
-    check_trial,
-    launcher_node,
-    plain,
-    positive,
-    resolved_screen,
-    typed,
-)
-
-SWEEPABLE = ("accum", "split")
+from sweep.orchestration.settings import Settings
 
 
 @dataclass
@@ -92,164 +76,52 @@ class SweepPlan:
         )
 
 
-def _throughput_meta(workload: Any, splits_apply: bool) -> dict[str, Any]:
-    """How trial logs are read, the unit every trial records, and how the recommendation is written."""
-    from sweep.parsers import parser_settings
-    from sweep.parsers.presets import flags_template
-    from sweep.parsers.throughput import SAMPLES_PER_S, BatchContext, output_unit
-
-    if not hasattr(workload, "parser"):  # the built-in workload times its own steps: samples/s
-        return {"splits_apply": splits_apply}
-    settings = parser_settings(plain(workload.parser))  # validated already by the workload
-    figure = settings.prefer[0] if settings.prefer else settings.parser_spec.get("unit", SAMPLES_PER_S)
-    unit = output_unit(figure, BatchContext(tokens_per_sample=settings.tokens_per_sample), settings.throughput_unit)
-    argv = list(plain(getattr(workload, "argv", None)) or [])
-    return {"parser": settings.type, "throughput_unit": unit, "splits_apply": splits_apply, "flags_template": flags_template(settings.type, argv)}
-
-
-def split_overrides(arguments: Sequence[str]) -> tuple[dict[str, list[Any]], list[str]]:
-    """Separate the swept knobs (`accum=1,2,4`) from the fixed overrides.
-
-    Hydra has already applied the fixed overrides to the config; the sweep overrides
-    it leaves to the Sweeper, and only accum and split may be swept.
-    """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    swept: dict[str, list[Any]] = {}
-    fixed: list[str] = []
-    given: dict[str, str] = {}
-    for override in OverridesParser.create().parse_overrides(list(arguments)):
-        key = override.get_key_element()
-        if key in given and key in SWEEPABLE:
-            # Hydra would let the later one win (or sweep the earlier): the user meant one of them.
-            raise SweepError(f"{key} is given twice ({given[key]!r} and {override.input_line!r}): give it once, e.g. {key}=1,2,4")
-        given[key] = override.input_line or key
-        if not override.is_sweep_override():
-            fixed.append(override.input_line or "")
-            continue
-        key = override.get_key_element()
-        if key not in SWEEPABLE:
-            raise SweepError(
-                f"{override.input_line!r}: only accum and split can be swept "
-                f"(e.g. accum=1,2,4 split=1,2,4); give {key} a single value"
-            )
-        swept[key] = list(override.sweep_iterator())
-    return swept, fixed
-
-
-def knob_values(name: str, swept: Mapping[str, list[Any]], configured: Any) -> list[Any] | None:
-    """Values for one knob: the multirun list, else the config (int or list), else None = derive."""
-    if name in swept:
-        return swept[name]
-    if configured is None:
-        return None
-    if isinstance(configured, (list, tuple)):
-        return list(configured)
-    return [configured]
-
-
-def make_plan(cfg: Any, arguments: Sequence[str], sweep_dir: Path) -> SweepPlan:
-    """cfg: the composed config (DictConfig) without the sweep overrides."""
-    from omegaconf import OmegaConf
-
-    from sweep.launch.backend import check_task_layout, cluster_of
-
-    swept, fixed = split_overrides(arguments)
-    check_no_schema_choice(cfg)
-    launcher = OmegaConf.to_container(launcher_node(cfg), resolve=True)
-    assert isinstance(launcher, dict)
-    check_launcher_text(launcher)
-    workload_kind = workloads.get(cfg.workload.get("name"))
-    check_known_keys(cfg, workload_kind.schema)
-    # Typed from here on: the composed nodes become their schemas' dataclasses.
-    machine = typed(cfg.machine, MachineConfig)
-    trial = typed(cfg.trial, TrialConfig)
-    as_configured = typed(cfg.workload, workload_kind.schema)
-    # What only this host knows (the start directory) goes into the plan; the fingerprint keeps the
-    # configured value, so a sweep resumed from another directory is still the same sweep.
-    workload = workload_kind.at_edge(as_configured)
-
-    check_machine(machine)
-    # One task per device, or one launcher per node for a workload whose own launcher starts the ranks.
-    launcher = check_task_layout(launcher, machine.num_devices, machine.nodes, one_launcher_per_node=workload_kind.one_launcher_per_node)
-    # Resolved before the fingerprint, so that a sweep records (and a rerun compares) the margin it used.
-    trial = replace(trial, memory_margin=memory_margin(trial, machine))
-    check_trial(trial)
-    check_stress_step(workload, trial, arguments)
-    context = workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=bool(cfg.dry_run), device=str(machine.device))
-    workload_kind.validate(workload, context)
-    if not workload_kind.splits_apply(workload):
-        # The script has no batch_split_factor: the space is accum alone.
-        if any(v != 1 for v in swept.get("split", [])) or plain(cfg.split) not in (None, 1, [1]):
-            raise SweepError(
-                "split cannot be swept: this workload sets splits_apply=false or its command uses neither {split} nor {joint_batch} "
-                "(its script has no batch_split_factor); drop split="
-            )
-        swept["split"] = [1]
-    max_in_flight = positive("max_in_flight", cfg.max_in_flight)
-    search = str(cfg.search.name)
-    max_trials = None if cfg.search.max_trials is None else positive("search.max_trials", cfg.search.max_trials)
-
-    try:
-        candidates = enumerate_candidates(
-            cfg.global_batch_size,
-            machine.num_devices,
-            knob_values("accum", swept, plain(cfg.accum)),
-            knob_values("split", swept, plain(cfg.split)),
-        )
-    except SpaceError as e:
-        raise SweepError(str(e)) from None
-
-    # Checked here so that a typo in search= fails before anything is written.
-    from sweep.core.strategies import make_strategy
-
-    trust_memory_model = bool(cfg.search.get("trust_memory_model", True))
-    try:
-        make_strategy(search, candidates, max_trials, capacity_gib=machine.memory_gib, trust_memory_model=trust_memory_model)
-    except ValueError as e:
-        raise SweepError(str(e)) from None
-
+def make_plan(settings: Settings, sweep_dir: Path) -> SweepPlan:
+    """The plan of a sweep with these (checked) settings in sweep_dir: an earlier sweep there must have had the same."""
+    machine, trial, workload = settings.machine, settings.trial, settings.workload
     values = fingerprint_values(
         machine=asdict(machine),
-        workload=asdict(as_configured),
+        workload=asdict(settings.workload_as_configured),
         trial=asdict(trial),
-        global_batch_size=int(cfg.global_batch_size),
-        num_devices=int(machine.num_devices),
-        launcher=launcher,
+        global_batch_size=settings.global_batch_size,
+        num_devices=machine.num_devices,
+        launcher=dict(settings.launcher),
     )
-    stored = check_same_settings(sweep_dir, values)
+    digest = fingerprint(values)
+    stored = check_same_settings(sweep_dir, values, digest)
     meta = SweepMeta(
         sweep_id=str(stored.get("sweep_id") or new_sweep_id(sweep_dir)),
-        machine=str(machine.name),
-        workload=str(workload_kind.name),
-        global_batch_size=int(cfg.global_batch_size),
-        num_devices=int(machine.num_devices),
-        **_throughput_meta(workload, workload_kind.splits_apply(workload)),
+        machine=machine.name,
+        workload=settings.workload_name,
+        global_batch_size=settings.global_batch_size,
+        num_devices=machine.num_devices,
+        **settings.logs,
     )
+    search = settings.search
     return SweepPlan(
         meta=meta,
-        candidates=candidates,
+        candidates=list(settings.candidates),
         sweep_dir=sweep_dir,
-        search=search,
-        max_trials=max_trials,
-        max_in_flight=max_in_flight,
+        search=search.name,
+        max_trials=search.max_trials,
+        max_in_flight=settings.max_in_flight,
         time_limit_s=float(trial.time_limit_s),
         machine=machine,
         workload=workload,
         trial=trial,
-        launcher=launcher,
-        dry_run=bool(cfg.dry_run),
-        live=cfg.live,
-        keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
-        warm_workers=bool(cfg.get("warm_workers", True)),
-        trust_memory_model=trust_memory_model,
-        racing=bool(cfg.search.get("racing", True)),
-        drift_check=bool(cfg.search.get("drift_check", True)),
-        measure_to_decision=bool(cfg.search.get("measure_to_decision", True)),
-        screen=resolved_screen(cfg.search.get("screen", "auto"), machine),
-        overrides=list(arguments),
+        launcher=dict(settings.launcher),
+        dry_run=settings.dry_run,
+        live=settings.live,
+        keep_jobs_on_interrupt=settings.keep_jobs_on_interrupt,
+        warm_workers=settings.warm_workers,
+        trust_memory_model=search.trust_memory_model,
+        racing=search.racing,
+        drift_check=search.drift_check,
+        measure_to_decision=search.measure_to_decision,
+        screen=settings.screen,
+        overrides=list(settings.arguments),
         fingerprint_values=values,
-        fingerprint=fingerprint(values),
+        fingerprint=digest,
         started_at=str(stored.get("started_at") or now_iso()),
     )
 
@@ -300,12 +172,13 @@ def sweep_record(
     }
 
 
-def check_same_settings(sweep_dir: Path, values: dict[str, Any]) -> dict[str, Any]:
+def check_same_settings(sweep_dir: Path, values: dict[str, Any], digest: str | None = None) -> dict[str, Any]:
     """A rerun or resume into a dir made with other settings is refused: its finished trials
-    measured something else, and reusing them would relabel their figures. The stored meta."""
+    measured something else, and reusing them would relabel their figures. The stored meta.
+    digest: fingerprint(values), where the caller has it already."""
     stored = stored_meta(sweep_dir)
     old = stored.get("fingerprint_values")
-    if isinstance(old, dict) and fingerprint(old) != fingerprint(values):
+    if isinstance(old, dict) and fingerprint(old) != (digest or fingerprint(values)):
         # The headline values first: a profile change names num_devices before its launcher's shape.
         order = ("global_batch_size", "num_devices", "machine", "workload", "trial", "launcher")
         changed = sorted(differences(old, values), key=lambda d: next((i for i, k in enumerate(order) if d.startswith(k)), len(order)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,11 +28,14 @@ def _validate(config: CommandWorkloadConfig, context: CheckContext) -> None:
         check_template(argv, env)
     except TemplateError as e:
         raise SweepError(str(e)) from None
-    # On Slurm the script and executable live on the compute nodes (each trial checks them there);
-    # here, whatever the run needs is checked before anything launches, a dry run included.
+    # On Slurm the script and executable live on the compute nodes (each trial checks them there); here,
+    # whatever the run needs is checked before anything launches. A dry run launches nothing: it shows its plan
+    # (a shipped preset's, say, looked at from anywhere) and says what a run from here would stop on.
     if context.local_launch:
         missing = missing_paths(argv, config.cwd or os.getcwd())
-        if missing:
+        if missing and context.dry_run:
+            print(f"sweep: warning: {missing} (a dry run goes on; a run from here would stop on it)", file=sys.stderr)
+        elif missing:
             raise SweepError(missing)
     try:
         # Every parser key, the common ones (skip_first, stop_after, ...) included, before launch.

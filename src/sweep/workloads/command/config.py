@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 
-@dataclass
+@dataclass(frozen=True)
 class CommandWorkloadConfig:
     name: str = "command"  # an external training command: one launcher per node per trial (it starts the ranks)
     argv: List[str] = field(default_factory=list)  # argv template; placeholders like {accum}, {split}

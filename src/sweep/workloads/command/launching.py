@@ -47,7 +47,7 @@ def launch_values(spec: TrialSpec) -> dict[str, Any]:
 
 
 def nproc_per_node(num_devices: int, nodes: int) -> int:
-    """The ranks each node's launcher starts (config_checks refuses num_devices that nodes do not divide)."""
+    """The ranks each node's launcher starts (the edge, orchestration/settings.py, refuses num_devices that nodes do not divide)."""
     return max(1, int(num_devices) // max(1, int(nodes)))
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweep.errors import SweepError
 from sweep.workloads.base import CheckContext, Workload
-from sweep.workloads.rnnt.config import RNNTWorkloadConfig, check_joint, check_precision
+from sweep.workloads.rnnt.config import RNNTWorkloadConfig, check_joint
 
 if TYPE_CHECKING:
     from sweep.core.schema import TrialResult
@@ -15,13 +15,12 @@ if TYPE_CHECKING:
 
 
 def _validate(config: Any, context: CheckContext) -> None:
-    """The values its schema's types let through that no trial could run with: the precision, joint and
-    length settings (pure checks); and bf16 on a local CPU without bfloat16 kernels (torch, only for that case:
-    elsewhere the trial's host decides, and its failure names the same fix)."""
-    from sweep.workloads.rnnt.data import length_spec  # pure, like check_precision: no torch here
+    """What its fields' rules (checked already, at the edge) cannot say: a packed joint needs the fused one, the
+    duration bounds in order (pure checks); and bf16 on a local CPU without bfloat16 kernels (torch, only for that
+    case: elsewhere the trial's host decides, and its failure names the same fix)."""
+    from sweep.workloads.rnnt.data import length_spec  # pure, like check_joint: no torch here
 
     try:
-        check_precision(config.precision)
         check_joint(config.joint, bool(config.packed_joint))
         length_spec(config)
     except ValueError as exc:

@@ -37,9 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from sweep.workloads.rnnt.config import RNNTWorkloadConfig
-
-LENGTH_MODES = ("fixed", "lognormal")
+from sweep.workloads.rnnt.config import LENGTH_MODES, RNNTWorkloadConfig
 
 
 @dataclass(frozen=True)
