@@ -3,8 +3,10 @@
 pytorch-ignite, skorch, SpeechBrain, fastai (its default optimizer, and `OptimWrapper(torch.optim.AdamW)`) and
 Keras 3 on torch (`KERAS_BACKEND=torch`): a small script in each framework's own idiom under tests/frameworks/<name>/,
 with the framework's own gradient accumulation and its own per-step timing written to a side file
-(tests/frameworks/step_times.py). No preset: each is swept as docs/trainers.md's "Sweeping your own training script"
-says, `workload=command` and an argv with `{per_device_batch}` and `{accum}`, nothing else about the framework. Then,
+(tests/frameworks/step_times.py). No log preset: each is swept as docs/trainers.md's "Sweeping your own training
+script" says, the shipped sweeps/my_script.yaml as it is (ignite, skorch, fastai, Keras: `python train.py
+--batch-size={per_device_batch} --accum={accum}` in the script's dir), or `workload=command` and an argv with
+`{per_device_batch}` and `{accum}` (SpeechBrain's recipe flags, fastai with AdamW), nothing else about the framework. Then,
 as tests/test_frameworks_real.py checks the shipped presets (its helpers are used here):
 - the probe's per-step times match the framework's own timing of the same steps within 2% (step by step), and
   the record names the signal the probe timed them by: "optimizer steps" where the trainer steps a torch.optim
@@ -40,7 +42,9 @@ pytestmark = pytest.mark.e2e
 
 @dataclass(frozen=True)
 class Case:
-    argv: tuple[str, ...]  # the sweep's workload.argv, placeholders and all
+    # The sweep's workload.argv, placeholders and all; empty: the shipped sweeps/my_script.yaml as it is (`python
+    # train.py --batch-size={per_device_batch} --accum={accum}`), run in the framework's dir.
+    argv: tuple[str, ...]
     modules: tuple[str, ...]  # what must be installed
     signal: str  # what the probe times a step by (the record's probe_signal)
     env: tuple[tuple[str, str], ...] = ()  # the environment the user runs `python -m sweep` in
@@ -51,14 +55,14 @@ def script(name: str) -> str:
 
 
 CASES = {
-    "ignite": Case(("python", script("ignite"), *BATCH_FLAGS), ("ignite",), OPTIMIZER_STEPS),
-    "skorch": Case(("python", script("skorch"), *BATCH_FLAGS), ("skorch",), OPTIMIZER_STEPS),
+    "ignite": Case((), ("ignite",), OPTIMIZER_STEPS),
+    "skorch": Case((), ("skorch",), OPTIMIZER_STEPS),
     # SpeechBrain's recipes: the hparams file, then overrides of it and SpeechBrain's own run options.
     "speechbrain": Case(("python", script("speechbrain"), str(FRAMEWORKS / "speechbrain" / "hparams.yaml"), "--device=cpu",
                          "--batch_size={per_device_batch}", "--grad_accumulation_factor={accum}"), ("speechbrain",), OPTIMIZER_STEPS),
-    "fastai": Case(("python", script("fastai"), *BATCH_FLAGS), ("fastai",), BACKWARD_PASSES),
+    "fastai": Case((), ("fastai",), BACKWARD_PASSES),
     "fastai_adamw": Case(("python", script("fastai"), *BATCH_FLAGS, "--opt=adamw"), ("fastai",), OPTIMIZER_STEPS),
-    "keras": Case(("python", script("keras"), *BATCH_FLAGS), ("keras",), BACKWARD_PASSES, env=(("KERAS_BACKEND", "torch"),)),
+    "keras": Case((), ("keras",), BACKWARD_PASSES, env=(("KERAS_BACKEND", "torch"),)),
 }
 REPORT: list[str] = []  # printed at the end of the module (the figures for the issue's note)
 
@@ -72,8 +76,9 @@ def sweep_command(name: str, tmp_path: Path) -> tuple[Path, Path]:
     case = CASES[name]
     work, steps_dir, sweep_dir = tmp_path / "work", tmp_path / "step_times", tmp_path / "s"
     work.mkdir()
+    how = ["workload=command", f"workload.argv={hydra_list(case.argv)}"] if case.argv else ["+sweep=my_script", f"workload.cwd={FRAMEWORKS / name}"]
     proc = run_sweep(
-        ["workload=command", f"workload.argv={hydra_list(case.argv)}",
+        [*how,
          # Each trial's own timing file, named after the pair (the script reads STEP_TIMES_FILE).
          f"+workload.env.STEP_TIMES_FILE={json.dumps(f'{steps_dir}/accum{{accum}}_split1')}",
          f"hydra.sweep.dir={sweep_dir}", f"global_batch_size={GLOBAL_BATCH}", f"accum={','.join(map(str, ACCUMS))}", "search=grid", "trial.time_limit_s=300",
