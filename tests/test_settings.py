@@ -94,3 +94,25 @@ def test_only_the_edge_reads_the_composed_config() -> None:
     assert readers == {"cli/main.py", "cli/config.py", "orchestration/settings.py", "orchestration/sweep_dir.py"}
     launcher_config = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if "hydra_plugins" in _imports(p)}
     assert launcher_config == {"launch/backend.py"}
+
+
+def test_a_single_trial_in_hydras_run_mode_reads_the_same_settings(tmp_path: Path) -> None:
+    """`hydra.mode=RUN` (debugging one pair in this process, cli/main._task) goes through the same edge: a bad value is
+    the same one line, and a good config runs its first valid pair."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sweep", "hydra.mode=RUN", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    bad = run("machine.num_devices=0")
+    assert bad.returncode == 2 and bad.stderr.strip() == "sweep: error: machine.num_devices=0 is not valid: expected a positive integer", bad.stderr
+    good = run("accum=2", "split=2", "global_batch_size=8", "trial.measure_steps=6", "trial.max_measure_steps=6")
+    assert good.returncode == 0, good.stderr[-2000:]
+    record = json.loads(good.stdout[good.stdout.index("{"):])
+    assert (record["accum"], record["split"], record["status"]) == (2, 2, "ok")

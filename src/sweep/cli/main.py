@@ -30,12 +30,18 @@ def _task(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from sweep.core.schema import trial_dir
+    from sweep.errors import SweepError
     from sweep.orchestration.plan import make_plan
     from sweep.orchestration.settings import read_settings
     from sweep.startup import over
     from sweep.workloads import run_job
 
-    settings = read_settings(cfg, [])
+    try:
+        settings = read_settings(cfg, [])
+    except SweepError as exc:
+        # Hydra's run mode would print "Error executing job with overrides: ..." above it: the one line alone, as a sweep.
+        print(f"sweep: error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
     over()  # the trial writes from here: a Ctrl-C is its own to handle
     sweep_dir = Path(HydraConfig.get().runtime.output_dir).absolute()
     plan = make_plan(settings, sweep_dir)
