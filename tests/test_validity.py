@@ -133,6 +133,11 @@ def test_a_log_figure_the_probe_contradicts_rejects_the_pair():
     bad = validated(replace(r, log_throughput=r.throughput * 4))  # the log timed micro-batches
     assert bad.status == REJECTED and "is 4x the probe's" in bad.error and "per-micro-batch" in bad.error
     assert validated(replace(r, log_throughput=r.throughput / (LOG_AGREEMENT * 1.01))).status == REJECTED
+    # A box that got quieter part-way: the probe's figure leaves the slow leading steps out, the log's keeps them. The
+    # log is compared with the probe over the same steps (untrimmed_throughput), not with its steady figure.
+    quieter = replace(r, untrimmed_throughput=r.throughput / 1.6, log_throughput=r.throughput / 1.7)
+    assert validated(quieter).status == OK
+    assert validated(replace(quieter, log_throughput=r.throughput / 1.6 * 4)).status == REJECTED  # still 4x its window
     assert validated(replace(r, log_throughput=r.throughput * 4, measured_by="log")).status == OK  # nothing to compare with
 
 

@@ -129,6 +129,9 @@ class TrialResult:
     backward_per_step: float | None = None  # median backward passes per timed optimizer step (the probe's)
     log_throughput: float | None = None  # the log's own figure, in throughput_unit, where the probe gave the figure
     transient_steps: int = 0  # leading timed steps left out as still warming up (core/steady.py), after warmup_steps
+    # The probe's figure over every timed step, the transient ones included: the window log_throughput (the log's own
+    # figure, over every step it printed) covers, so the two are compared like for like (core/validity.py).
+    untrimmed_throughput: float | None = None
     probe_signal: str = ""  # what timed the probe's steps: "optimizer steps" or "backward passes" (no torch.optim step)
     schema_version: int = SCHEMA_VERSION
 

@@ -126,11 +126,12 @@ class ProbeFollower:
         """The measured fields of an ok result, from the timed steps."""
         from sweep.core.stats import throughput_summary
 
-        times = self.timed()
-        transient = len(self.after_warmup()) - len(times)
+        times, every = self.timed(), self.after_warmup()
+        transient = len(every) - len(times)
         factor = self.rate(1.0) / (self.global_batch_size / 1.0)
         value, low, high = throughput_summary(times, self.global_batch_size)
         return dict(
+            untrimmed_throughput=throughput_summary(every, self.global_batch_size)[0] * factor if transient else value * factor,
             step_times_s=times, throughput=value * factor, throughput_low=low * factor, throughput_high=high * factor,
             throughput_unit=self.unit, steps_measured=len(times), transient_steps=transient,
             warmup_steps=min(self.warmup_steps, len(self.report.step_times_s) or len(times) + transient) + transient,
