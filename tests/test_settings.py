@@ -53,6 +53,13 @@ def test_the_rules_refuse_in_one_line_naming_the_key_the_value_and_what_is_valid
     assert not POSITIVE_INT.accepts(2.0) and not POSITIVE_INT.accepts(float("nan"))
 
 
+def test_the_search_choices_are_the_strategies() -> None:
+    from sweep.core.config import SEARCHES
+    from sweep.core.strategies import STRATEGIES
+
+    assert set(SEARCHES) == set(STRATEGIES)
+
+
 def test_checked_reads_the_levels_in_the_users_order_and_resolves_the_margin() -> None:
     from types import SimpleNamespace
 

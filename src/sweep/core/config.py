@@ -65,17 +65,21 @@ def refusal(spec: Any, prefix: str, schema: Optional[type] = None) -> Optional[s
     return None
 
 
+def one_of(choices: tuple[str, ...]) -> Rule:
+    return Rule("one of " + ", ".join(choices), CHOICE, choices=choices)
+
+
 POSITIVE_INT = Rule("a positive integer", INTEGER, above=0)
 OPTIONAL_POSITIVE_INT = Rule("a positive integer, or null", INTEGER, above=0, optional=True)
 DEVICES = ("cpu", "cuda")
-SEARCHES = ("grid", "staircase", "powers")
+SEARCHES = ("grid", "staircase", "powers")  # core/strategies.STRATEGIES' names (tests/test_settings.py)
 SCREEN_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
 class MachineConfig:
     name: str = "local"  # profile name, shown in the table and in results
-    device: str = ruled("cpu", Rule("one of cpu, cuda", CHOICE, choices=DEVICES))  # what each trial trains on
+    device: str = ruled("cpu", one_of(DEVICES))  # what each trial trains on
     num_devices: int = ruled(1, POSITIVE_INT)  # devices per trial in all (data-parallel ranks)
     nodes: int = ruled(1, POSITIVE_INT)  # hosts per trial; num_devices is split evenly across them
     # Device memory per device; on CPU the emulated budget each rank may allocate.
@@ -113,7 +117,7 @@ class TrialConfig:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    name: str = ruled("grid", Rule("one of grid, staircase, powers", CHOICE, choices=SEARCHES))  # core/strategies.py
+    name: str = ruled("grid", one_of(SEARCHES))  # core/strategies.py
     max_trials: Optional[int] = ruled(None, OPTIONAL_POSITIVE_INT)  # stop after this many launched trials; None: the strategy decides
     # Skip pairs the memory model (core/memory_model.py) predicts to exceed machine.memory_gib with
     # probability >= 0.95, fitted on the peaks measured so far; false: launch them to find out.
@@ -134,7 +138,7 @@ class SearchConfig:
     # in <sweep dir>/screening/; then the pairs inside the leader's noise as full N-device trials, which
     # the table and recommendation rest on. auto: on CUDA only (CPU ranks would share cores); on; off.
     # YAML's `on` and `off` are read as the words they spell (orchestration/settings.py), not as booleans.
-    screen: str = ruled("auto", Rule("one of auto, on, off", CHOICE, choices=SCREEN_MODES))
+    screen: str = ruled("auto", one_of(SCREEN_MODES))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sweep.core.config import CHOICE, INTEGER, POSITIVE_INT, Rule, ruled
+from sweep.core.config import INTEGER, POSITIVE_INT, Rule, one_of, ruled
 
 # workload.precision's values (what each means: RNNTWorkloadConfig.precision).
 PRECISIONS = ("fp32", "auto", "fp16", "bf16")
@@ -27,10 +27,6 @@ OPTIMIZERS = ("adam", "sgd")
 # workload.lengths's values (what each means: RNNTWorkloadConfig.lengths; data.py draws them).
 LENGTH_MODES = ("fixed", "lognormal")
 POSITIVE = Rule("a positive number", above=0)
-
-
-def _one_of(choices: tuple[str, ...]) -> Rule:
-    return Rule("one of " + ", ".join(choices), CHOICE, choices=choices)
 
 
 def check_precision(precision: str) -> None:
@@ -62,14 +58,14 @@ class RNNTWorkloadConfig:
     pred_hidden: int = ruled(32, POSITIVE_INT)  # prediction-network width, embedding and LSTM (caiman-asr pred_n_hid)
     pred_layers: int = ruled(1, POSITIVE_INT)  # prediction-network LSTM depth (caiman-asr pred_rnn_layers)
     joint_hidden: int = ruled(8, POSITIVE_INT)  # joint-network width (caiman-asr joint_n_hid)
-    optimizer: str = ruled("adam", _one_of(OPTIMIZERS))  # "adam" (state = 2x params) or "sgd"
+    optimizer: str = ruled("adam", one_of(OPTIMIZERS))  # "adam" (state = 2x params) or "sgd"
     seed: int = 0  # model init and synthetic data
     # Mixed precision: "fp32"; "auto" = the recipe's fp16 autocast + GradScaler on CUDA and fp32
     # elsewhere; "fp16" / "bf16" = autocast at that dtype on any device that supports it.
-    precision: str = ruled("fp32", _one_of(PRECISIONS))
+    precision: str = ruled("fp32", one_of(PRECISIONS))
     # Utterance lengths: "fixed" (frames and label_len for every utterance) or "lognormal"
     # (durations drawn per utterance; each batch padded to its longest). See data.py.
-    lengths: str = ruled("fixed", _one_of(LENGTH_MODES))
+    lengths: str = ruled("fixed", one_of(LENGTH_MODES))
     duration_mean_s: float = ruled(12.3, POSITIVE)  # lognormal: mean utterance duration before truncation (LibriSpeech train-960)
     duration_std_s: float = ruled(4.0, POSITIVE)  # lognormal: standard deviation of the duration before truncation
     min_duration_s: float = ruled(0.5, POSITIVE)  # lognormal: shorter draws are redrawn
@@ -89,6 +85,6 @@ class RNNTWorkloadConfig:
     # lattice cell under fp16 autocast); "fused" = caiman-asr's: the loss takes the joint's logits,
     # computes the normaliser itself and writes its gradient into the logits' buffer (2 bytes a cell
     # under fp16). See fused.py.
-    joint: str = ruled("reference", _one_of(JOINTS))
+    joint: str = ruled("reference", one_of(JOINTS))
     packed_joint: bool = False  # fused only: keep each utterance's valid T x (U+1) cells only (apex pack_output)
     joint_chunk_mib: float = ruled(64.0, POSITIVE)  # fused only: fp32 temporaries per chunk of lattice rows (or a 64th of the lattice, if more)
