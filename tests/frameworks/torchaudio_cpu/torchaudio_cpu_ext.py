@@ -14,7 +14,7 @@ absent file: False. Any other load failure is raised as before, and a torchaudio
 process that never imports torchaudio never imports torch here. The compiled ops (forced alignment, lfilter's
 C++ loop, the CTC decoders) then raise as they do in any torchaudio built without them.
 
-Installed by `python tests/frameworks/torchaudio_cpu/install.py` (a .pth file in site-packages).
+Installed by `python tests/frameworks/install_cpu_hooks.py` (a .pth file in site-packages).
 """
 
 from __future__ import annotations

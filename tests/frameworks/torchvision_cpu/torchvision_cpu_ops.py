@@ -12,7 +12,7 @@ schemas of those two operators, as `_C` would have, so the registrations succeed
 no kernel: calling them raises, as torchvision's other compiled ops do without `_C` (`_assert_has_ops`).
 Nothing else is touched; a process that never imports torchvision never imports torch here.
 
-Installed by `python tests/frameworks/torchvision_cpu/install.py` (a .pth file in site-packages).
+Installed by `python tests/frameworks/install_cpu_hooks.py` (a .pth file in site-packages).
 """
 
 from __future__ import annotations
