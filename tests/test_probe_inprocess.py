@@ -170,9 +170,8 @@ class FakeAllocator:
         self.peak = self.allocated
 
 
-def test_the_trainer_reads_its_own_cuda_peaks_though_the_probe_resets_them_each_step(tmp_path, monkeypatch, disarmed_after):
-    """The probe reads and resets the allocator's peaks at every step; the trainer's max_memory_allocated
-    is still the largest since its own last reset (tests/test_probe_gpu.py checks it on a real card)."""
+def fake_cuda(monkeypatch) -> FakeAllocator:
+    """torch.cuda as the probe sees it, its allocator statistics played by a FakeAllocator (no GPU needed)."""
     fake = FakeAllocator()
     for module in (torch.cuda.memory, torch.cuda):
         monkeypatch.setattr(module, "memory_stats", fake.memory_stats)
@@ -180,6 +179,13 @@ def test_the_trainer_reads_its_own_cuda_peaks_though_the_probe_resets_them_each_
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    return fake
+
+
+def test_the_trainer_reads_its_own_cuda_peaks_though_the_probe_resets_them_each_step(tmp_path, monkeypatch, disarmed_after):
+    """The probe reads and resets the allocator's peaks at every step; the trainer's max_memory_allocated
+    is still the largest since its own last reset (tests/test_probe_gpu.py checks it on a real card)."""
+    fake = fake_cuda(monkeypatch)
     probe.install(tmp_path / "probe")
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -209,14 +215,8 @@ def test_allocator_retries_in_timed_steps_reach_the_result_and_put_the_pair_at_r
     from sweep.workloads.command.probed import ProbeFollower
     from sweep.workloads.rnnt.runner import _record_memory
 
-    fake = FakeAllocator()
+    fake = fake_cuda(monkeypatch)
     fake.retries = 5  # start-up's: they land in step 0, which never counts
-    for module in (torch.cuda.memory, torch.cuda):
-        monkeypatch.setattr(module, "memory_stats", fake.memory_stats)
-        monkeypatch.setattr(module, "reset_peak_memory_stats", fake.reset_peak_memory_stats)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     probe.install(tmp_path / "probe")
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
