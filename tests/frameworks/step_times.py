@@ -7,10 +7,13 @@ Lightning callback); the file is `$STEP_TIMES_FILE.rank<R>.jsonl`, the tests set
 through workload.env's placeholders; without it, `step_times.rank<R>.jsonl` in the trial's own dir
 (`$SWEEP_TRIAL_DIR`, which sweep gives every command: a drift check's re-timing keeps its own), else in the
 working dir. Standard library only: the scripts import it beside their framework.
+
+`batch_arguments()` is the command line the small scripts share, the one sweeps/my_script.yaml passes.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
@@ -30,3 +33,14 @@ class StepTimesFile:
         if self.last is not None:
             self.file.write(json.dumps({"rank": self.rank, "step": step, "seconds": now - self.last}) + "\n")
         self.last = now
+
+
+def batch_arguments() -> argparse.ArgumentParser:
+    """--batch-size and --accum (what sweeps/my_script.yaml passes), and the model's size; a script adds its own."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=8, help="samples per micro-batch")
+    parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--steps", type=int, default=30, help="optimizer steps to run (one epoch)")
+    parser.add_argument("--features", type=int, default=64)
+    parser.add_argument("--hidden", type=int, default=512)
+    return parser

@@ -12,7 +12,6 @@ Independent timing: a fastai `Callback`'s `after_step`, which fastai runs only a
 (GradientAccumulation cancels the others before the step); tests/frameworks/step_times.py.
 """
 
-import argparse
 import os
 import sys
 from functools import partial
@@ -25,7 +24,7 @@ from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from step_times import StepTimesFile  # noqa: E402
+from step_times import StepTimesFile, batch_arguments  # noqa: E402
 
 
 class StepTimes(Callback):
@@ -40,13 +39,8 @@ class StepTimes(Callback):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--batch-size", type=int, default=8, help="samples per micro-batch")
-    parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
+    parser = batch_arguments()
     parser.add_argument("--opt", choices=("default", "adamw"), default="default", help="fastai's own Adam, or torch.optim.AdamW")
-    parser.add_argument("--steps", type=int, default=30, help="optimizer steps to run (one epoch)")
-    parser.add_argument("--features", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=512)
     args = parser.parse_args()
 
     generator = torch.Generator().manual_seed(0)

@@ -7,7 +7,6 @@ update stepped the optimizer (ignite steps it when `iteration % gradient_accumul
 tests/frameworks/step_times.py.
 """
 
-import argparse
 import os
 import sys
 
@@ -15,16 +14,11 @@ import torch
 from ignite.engine import Events, create_supervised_trainer
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from step_times import StepTimesFile  # noqa: E402
+from step_times import StepTimesFile, batch_arguments  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--batch-size", type=int, default=8, help="samples per micro-batch")
-    parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
-    parser.add_argument("--steps", type=int, default=30, help="optimizer steps to run")
-    parser.add_argument("--features", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=512)
+    parser = batch_arguments()
     args = parser.parse_args()
 
     model = torch.nn.Sequential(torch.nn.Linear(args.features, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, args.hidden),

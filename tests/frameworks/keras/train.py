@@ -10,7 +10,6 @@ Independent timing: a Keras `Callback`'s `on_train_batch_end`, on the batches wh
 count (`optimizer.iterations`, the applied updates) moved; tests/frameworks/step_times.py.
 """
 
-import argparse
 import os
 import sys
 
@@ -18,7 +17,7 @@ import keras
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from step_times import StepTimesFile  # noqa: E402
+from step_times import StepTimesFile, batch_arguments  # noqa: E402
 
 
 class StepTimes(keras.callbacks.Callback):
@@ -33,12 +32,7 @@ class StepTimes(keras.callbacks.Callback):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--batch-size", type=int, default=8, help="samples per micro-batch")
-    parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
-    parser.add_argument("--steps", type=int, default=30, help="optimizer steps to run (one epoch)")
-    parser.add_argument("--features", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=512)
+    parser = batch_arguments()
     args = parser.parse_args()
     assert keras.backend.backend() == "torch", f"run with KERAS_BACKEND=torch (the backend is {keras.backend.backend()})"
 

@@ -7,7 +7,6 @@ Independent timing: a skorch Callback's `on_batch_end`, on the training batches 
 its optimizer (the same count the FAQ's `train_step` uses); tests/frameworks/step_times.py.
 """
 
-import argparse
 import os
 import sys
 
@@ -17,7 +16,7 @@ from skorch import NeuralNetRegressor
 from skorch.callbacks import Callback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from step_times import StepTimesFile  # noqa: E402
+from step_times import StepTimesFile, batch_arguments  # noqa: E402
 
 
 class GradAccNet(NeuralNetRegressor):
@@ -66,12 +65,7 @@ class MLP(torch.nn.Module):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--batch-size", type=int, default=8, help="samples per micro-batch")
-    parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
-    parser.add_argument("--steps", type=int, default=30, help="optimizer steps to run (one epoch)")
-    parser.add_argument("--features", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=512)
+    parser = batch_arguments()
     args = parser.parse_args()
 
     X = np.random.default_rng(0).standard_normal((args.batch_size * args.accum * args.steps, args.features), dtype=np.float32)
