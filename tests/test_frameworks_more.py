@@ -23,13 +23,20 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from sweep_run import run_sweep
-from test_frameworks_real import RANKING_NOISE, TOLERANCE, TOTAL_TOLERANCE, compare, independent_from_files, trials
+from test_frameworks_real import (
+    RANKING_NOISE,
+    TOLERANCE,
+    TOTAL_TOLERANCE,
+    compare,
+    independent_from_files,
+    own_median_over_the_figures_steps,
+    trials,
+)
 
 FRAMEWORKS = Path(__file__).with_name("frameworks")
 GLOBAL_BATCH = 1024
@@ -133,10 +140,7 @@ def test_a_framework_swept_as_a_users_command_is_timed_by_the_probe_as_by_itself
             assert record["backward_per_step"] == accum, record
         agreement = compare(probe, own[0], skip)
         sweep_figures[accum] = record["throughput"]
-        # The framework's own times of the very steps the sweep's figure is the median of (see test_frameworks_real).
-        window = range(record["warmup_steps"], record["warmup_steps"] + len(record["step_times_s"]))
-        assert record["step_times_s"] == pytest.approx([probe[i] for i in window], rel=1e-3), (record["step_times_s"], probe)
-        own_medians[accum] = statistics.median(own[0][i] for i in window if i in own[0])
+        own_medians[accum] = own_median_over_the_figures_steps(record, probe, own[0])
         REPORT.append(f"{name:12s} accum={accum} micro-batch={GLOBAL_BATCH // accum:4d} by {signal}: {agreement.line()}; "
                       f"the sweep recorded {record['throughput']:,.1f} {record['throughput_unit']}")
         assert agreement.median_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]

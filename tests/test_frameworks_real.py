@@ -239,6 +239,16 @@ def trials(sweep_dir: Path, accums: tuple[int, ...] = (1, 2)) -> dict[int, Path]
     return out
 
 
+def own_median_over_the_figures_steps(record: dict, probe: dict[int, float], own: dict[int, float]) -> float:
+    """For the ranking, the framework's own median over the very steps the sweep's figure is the median of (after the
+    warm-up and any leading steps core/steady.py left out: warmup_steps counts both), whose probe times are the
+    record's. On a busy box the steps before and after that window can be slower or faster as a whole, and a median
+    over another window could order two pairs differently without either side having mistimed a step."""
+    window = range(record["warmup_steps"], record["warmup_steps"] + len(record["step_times_s"]))
+    assert record["step_times_s"] == pytest.approx([probe[i] for i in window], rel=1e-3), (record["step_times_s"], probe)
+    return statistics.median(own[i] for i in window if i in own)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(name: str, tmp_path: Path) -> None:
     case = CASES[name]
@@ -258,12 +268,7 @@ def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(nam
         record = json.loads((trial_dir / "result.json").read_text())
         assert record["measured_by"] == "probe", record
         sweep_figures[accum] = record["throughput"]
-        # For the ranking, the framework's own times of the very steps the sweep's figure is the median of: on a busy
-        # box the steps before and after the sweep's window can be slower or faster as a whole, and a median over
-        # another window could order two pairs differently without either side having mistimed a step.
-        window = range(record["warmup_steps"], record["warmup_steps"] + len(record["step_times_s"]))
-        assert record["step_times_s"] == pytest.approx([probe[i] for i in window], rel=1e-3), (record["step_times_s"], probe)
-        own_medians[accum] = statistics.median(own[0][i] for i in window if i in own[0])
+        own_medians[accum] = own_median_over_the_figures_steps(record, probe, own[0])
         REPORT.append(f"{name:9s} accum={accum} micro-batch={GLOBAL_BATCH // accum:2d}: {agreement.line()}; "
                       f"the sweep recorded {record['throughput']:,.1f} {record['throughput_unit']}")
         assert agreement.median_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
