@@ -36,8 +36,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -238,14 +240,7 @@ def bad_inputs(root: Path, t: Tally) -> None:
 def evidence(root: Path, t: Tally) -> None:
     import reliability_evidence as R
 
-    print("evidence cases (what the user now sees):")
-    r = R.run_evidence(root)
-    t.faults += r.faults
-    t.bad_inputs += r.bad_inputs
-    t.lost += r.lost
-    t.wrong_confident += r.wrong_confident
-    t.problems += [f"evidence: {p}" for p in r.problems]
-    print(f"evidence: {len(R.CASES)} cases, {len(r.problems)} not as promised, {r.wrong_confident} wrong answers given with confidence")
+    _case_group("evidence", R.run_evidence, len(R.CASES), root, t)
 
 
 # -- end of the evidence block -------------------------------------------------------------------------------
@@ -255,12 +250,19 @@ def validity(root: Path, t: Tally) -> None:
     """Issue 43: a figure counts only when it measured what was asked (cases in reliability_validity.py)."""
     import reliability_validity as V
 
-    print("validity cases (what the user now sees):")
-    r = V.run_validity(root)
+    _case_group("validity", V.run_validity, len(V.CASES), root, t)
+
+
+def _case_group(group: str, run: Callable[[Path], Any], cases: int, root: Path, t: Tally) -> None:
+    """A group of named cases (reliability_evidence.run_cases), each printed with what the user sees, into the tally."""
+    print(f"{group} cases (what the user now sees):")
+    r = run(root)
     t.faults += r.faults
+    t.bad_inputs += r.bad_inputs
+    t.lost += r.lost
     t.wrong_confident += r.wrong_confident
-    t.problems += [f"validity: {p}" for p in r.problems]
-    print(f"validity: {len(V.CASES)} cases, {len(r.problems)} not as promised, {r.wrong_confident} wrong answers given with confidence")
+    t.problems += [f"{group}: {p}" for p in r.problems]
+    print(f"{group}: {cases} cases, {len(r.problems)} not as promised, {r.wrong_confident} wrong answers given with confidence")
 
 
 # -- noisy hosts (issue 30; helper `outputs`): the end-of-sweep drift check ---------------------------------

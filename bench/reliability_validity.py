@@ -14,8 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -23,23 +22,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
+from reliability_evidence import Case, EvidenceTally, run_cases  # noqa: E402 - the bench's dir, beside this file
+
 ATTACK = ROOT / "tests" / "attack_train.py"
 GBS = 64
 CONFIDENT = 80
-
-
-@dataclass
-class ValidityTally:
-    faults: int = 0
-    wrong_confident: int = 0
-    problems: list[str] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    run: Callable[[Path], tuple[bool, str, bool]]  # -> (as promised, what the user sees, a confident wrong answer)
 
 
 def _run_sweep(root: Path, argv: str, *args: str) -> tuple[subprocess.CompletedProcess, dict, dict]:
@@ -239,33 +226,20 @@ def busy_box_default_sweeps(root: Path):
 
 
 CASES = [
-    Case("cold_first_trial", cold_first_trial),
-    Case("caught_oom_and_ignored_accumulation", caught_oom_and_ignored_accum),
-    Case("more_ranks_than_devices", more_ranks_than_devices),
-    Case("per_micro_batch_log_figure", per_micro_batch_log_figure),
-    Case("one_step_scored_as_measured", one_step_confidence),
-    Case("growth_early_rise_late_creep", growth_late_creep),
-    Case("warm_worker_killed_after_an_oom", warm_worker_killed_after_an_oom),
-    Case("ctrl_c_in_the_drift_check", ctrl_c_in_the_drift_check),
-    Case("busy_box_three_default_sweeps", busy_box_default_sweeps),
+    Case("cold_first_trial", "fault", cold_first_trial),
+    Case("caught_oom_and_ignored_accumulation", "fault", caught_oom_and_ignored_accum),
+    Case("more_ranks_than_devices", "fault", more_ranks_than_devices),
+    Case("per_micro_batch_log_figure", "fault", per_micro_batch_log_figure),
+    Case("one_step_scored_as_measured", "fault", one_step_confidence),
+    Case("growth_early_rise_late_creep", "fault", growth_late_creep),
+    Case("warm_worker_killed_after_an_oom", "fault", warm_worker_killed_after_an_oom),
+    Case("ctrl_c_in_the_drift_check", "fault", ctrl_c_in_the_drift_check),
+    Case("busy_box_three_default_sweeps", "fault", busy_box_default_sweeps),
 ]
 
 
-def run_validity(root: Path) -> ValidityTally:
-    t = ValidityTally()
-    for case in CASES:
-        try:
-            promised, seen, wrong = case.run(root / case.name)
-        except Exception as exc:  # noqa: BLE001 - a case that could not run is a problem, not a crash of the bench
-            promised, seen, wrong = False, f"could not run: {type(exc).__name__}: {exc}", False
-        t.faults += 1
-        t.wrong_confident += int(wrong)
-        if not promised:
-            t.problems.append(f"{case.name}: {seen}")
-        line = f"  {case.name}: {'ok' if promised else 'NOT AS PROMISED'}: {seen}"
-        t.lines.append(line)
-        print(line, flush=True)
-    return t
+def run_validity(root: Path) -> EvidenceTally:
+    return run_cases(CASES, root, lambda line: print(line, flush=True))
 
 
 if __name__ == "__main__":
