@@ -125,8 +125,10 @@ class ProbeFollower:
     def ok_fields(self) -> dict[str, Any]:
         """The measured fields of an ok result, from the timed steps."""
         from sweep.core.stats import throughput_summary
+        from sweep.core.steady import steady_steps
 
-        times, every = self.timed(), self.after_warmup()
+        every = self.after_warmup()
+        times = steady_steps(every)  # timed(), without reading the report's steps a second time
         transient = len(every) - len(times)
         factor = self.rate(1.0) / (self.global_batch_size / 1.0)
         value, low, high = throughput_summary(times, self.global_batch_size)
