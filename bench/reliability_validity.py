@@ -213,16 +213,103 @@ def ctrl_c_in_the_drift_check(root: Path):
     return promised, f"exit {code}, sweep.json {state!r}: {last[:150]}...; the resume finished the check: {finished}", False
 
 
-def busy_box_default_sweeps(root: Path):
-    """Case 6: three default sweeps beside two spinning loops either agree or all stay at 80 or below."""
+def killed_in_the_drift_check(root: Path):
+    """Also found: after kill -9 during a re-timing, `resume=` printed no drift line and left the re-timing's job
+    running after it returned. Now the resume re-attaches to it, waits for it, re-times the other pair and ends clean."""
+    import json
+    import time
+
+    import psutil
+    from test_drift import _retiming_sweep
+
+    root.mkdir(parents=True, exist_ok=True)
+    args, env, sweep_dir = _retiming_sweep(root)
+    with (root / "out.txt").open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and not (root / "retiming").exists():
+        time.sleep(0.05)
+    if proc.poll() is not None:
+        return False, f"the sweep ended (exit {proc.poll()}) before its drift check's re-timing started", False
+    proc.kill()
+    proc.wait(timeout=60)
+    left = int((root / "retiming").read_text())
+    with (root / "resume.txt").open("w") as out:  # the re-timing still waits: the resume finds it running
+        resumed = subprocess.Popen([sys.executable, "-m", "sweep", f"resume={sweep_dir}"], cwd=root, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and resumed.poll() is None and "re-attached" not in (root / "resume.txt").read_text():
+        time.sleep(0.05)
+    (root / "go").touch()
+    code = resumed.wait(timeout=600)
+    text = (root / "resume.txt").read_text()
+    drift = next((x for x in text.splitlines() if x.startswith(("drift check: re-timed", "drift: re-timed"))), "")
+    reattached = "re-attached to running re-timing job" in text
+    still = psutil.pid_exists(left) and psutil.Process(left).status() != psutil.STATUS_ZOMBIE
+    state = json.loads((sweep_dir / "sweep.json").read_text())["state"]
+    promised = code == 0 and reattached and bool(drift) and not still and state == "done"
+    return promised, (f"resume exit {code}, re-attached: {reattached}, the left re-timing still running after it: {still}, "
+                      f"sweep.json {state!r}; {drift[:120]}..."), False
+
+
+def second_sweep_while_screening(root: Path):
+    """Also found: the sweep dir was not locked while screening (a second sweep ran its trials beside the first's and
+    overwrote sweep.json), and the screening phase printed a final answer of its own before the real one."""
+    import json
+    import re
+    import time
+
+    from test_screening import GATED
+
+    root.mkdir(parents=True, exist_ok=True)
+    script, sweep_dir = root / "train.py", root / "sweep"
+    script.write_text(GATED)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT / "src")}
+    args = [f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv=[{sys.executable},{script},'{{accum}}','{{num_devices}}']",
+            "global_batch_size=16", "search=grid", "accum=1,2,4", "split=1", "trial.time_limit_s=60", "search.drift_check=false",
+            "machine.num_devices=2", "hydra.launcher.tasks_per_node=2", "live=false"]
+    with (root / "out.txt").open("w") as out:
+        first = subprocess.Popen([sys.executable, "-m", "sweep", *args, "search.screen=on"], cwd=root, env=env, stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and first.poll() is None and not (root / "screening").exists():
+        time.sleep(0.05)
+    second = subprocess.run([sys.executable, "-m", "sweep", *args, "search.screen=off"], cwd=root, env=env, capture_output=True, text=True,
+                            timeout=120, stdin=subprocess.DEVNULL)
+    kept = "search.screen=on" in json.loads((sweep_dir / "sweep.json").read_text()).get("argv", "")
+    ran_beside = (sweep_dir / "trials").exists()  # the second's full trials (the first's come after its screening)
+    (root / "go").touch()
+    code = first.wait(timeout=300)
+    out = (root / "out.txt").read_text()
+    main_start = re.search(rf"^(\[ *[\d.]+s\] )?sweep \S+: .* dir {re.escape(str(sweep_dir))}$", out, re.M)
+    screening = out[: main_start.start()] if main_start else out
+    answers = len(re.findall(r"^flags: ", out, re.M))
+    named = bool(re.search(r"recommended|confidence|flags:", screening))
+    promised = second.returncode == 2 and kept and not ran_beside and code == 0 and main_start is not None and not named and answers == 1
+    wrong = second.returncode == 0 or ran_beside or named
+    return promised, (f"second sweep: exit {second.returncode}: {second.stderr.strip()[:140]}; the first's sweep.json kept: {kept}; "
+                      f"screening named an answer: {named}; flags lines in the whole run: {answers}"), wrong
+
+
+def _busy_box_default_sweeps(root: Path, busy: int):
+    """Case 6: three default sweeps beside `busy` spinning loops either agree or all stay at 80 or below."""
     answers = []
     for i in range(3):
-        proc, rec = _default_sweep(root / f"s{i}", busy=2)
+        proc, rec = _default_sweep(root / f"s{i}", busy=busy)
         answers.append((rec.get("accum"), rec.get("split"), int(rec.get("confidence") or 0)))
     agree = len({(a, s) for a, s, _ in answers}) == 1
     honest = agree or all(c <= CONFIDENT for _, _, c in answers)
     seen = ", ".join(f"accum={a} split={s} at {c}" for a, s, c in answers)
     return honest and all(a for a, _, _ in answers), f"{seen}: {'the same answer' if agree else 'different answers'}", not honest
+
+
+def busy_box_two_loops(root: Path):
+    return _busy_box_default_sweeps(root, busy=2)
+
+
+def busy_box_four_loops(root: Path):
+    return _busy_box_default_sweeps(root, busy=4)
 
 
 CASES = [
@@ -234,7 +321,10 @@ CASES = [
     Case("growth_early_rise_late_creep", "fault", growth_late_creep),
     Case("warm_worker_killed_after_an_oom", "fault", warm_worker_killed_after_an_oom),
     Case("ctrl_c_in_the_drift_check", "fault", ctrl_c_in_the_drift_check),
-    Case("busy_box_three_default_sweeps", "fault", busy_box_default_sweeps),
+    Case("kill_9_in_the_drift_check", "fault", killed_in_the_drift_check),
+    Case("second_sweep_while_screening", "fault", second_sweep_while_screening),
+    Case("busy_box_three_default_sweeps_two_loops", "fault", busy_box_two_loops),
+    Case("busy_box_three_default_sweeps_four_loops", "fault", busy_box_four_loops),
 ]
 
 

@@ -247,6 +247,46 @@ def test_a_sweep_killed_in_its_drift_check_resumes_it_and_ends_the_re_timing(tmp
 
 
 @pytest.mark.e2e
+def test_a_resume_that_runs_a_trial_again_ends_the_left_re_timing_first_and_re_times_after_it(tmp_path) -> None:
+    """kill -9 while the re-timing runs, then one trial's dir is lost: the resume runs that trial again. The left
+    re-timing would share the trial's device, so the resume ends it first (saying so), runs the trial, and only
+    then re-times both pairs: a re-timing that did not end after every trial is not drift evidence."""
+    import json
+    import shutil
+
+    import psutil
+    from sweep_run import background_sweep
+    from test_interrupts import no_trial_left
+
+    args, env, sweep_dir = _retiming_sweep(tmp_path)
+    first_out, resume_out = tmp_path / "first.out", tmp_path / "resume.out"
+    first = background_sweep(args, tmp_path, env, first_out)
+    _until("the re-timing", (tmp_path / "retiming").exists, first, first_out)
+    first.kill()
+    first.wait(30)
+    left = psutil.Process(int((tmp_path / "retiming").read_text()))  # the re-timing's command outlived the sweep
+    shutil.rmtree(sweep_dir / "trials" / "accum1_split1")
+    resumed = background_sweep([f"resume={sweep_dir}"], tmp_path, env, resume_out)
+    _until("the left re-timing's end", lambda: "ending re-timing job" in resume_out.read_text(), resumed, resume_out)
+    (tmp_path / "go").touch()
+    code = resumed.wait(120)
+    out = resume_out.read_text()
+    print(out)
+    assert code == 0, out
+    assert not left.is_running() or left.status() == psutil.STATUS_ZOMBIE  # ended by the resume, not waited for
+    lines = out.splitlines()
+    ending = next(i for i, x in enumerate(lines) if "ending re-timing job" in x)
+    assert "of accum=1 split=2: trials run again first, and the drift check re-times after them" in lines[ending], lines[ending]
+    rerun = next(i for i, x in enumerate(lines) if "accum=1 split=1: ok" in x)
+    check = next(i for i, x in enumerate(lines) if "drift check: re-timing accum=1 split=2 and accum=1 split=1 (" in x)
+    assert ending < rerun < check, out  # ended, then the trial, then a fresh re-timing of both
+    assert [x for x in lines if x.startswith(("drift check: re-timed", "drift: re-timed"))], out
+    assert (tmp_path / "starts").read_text() == "x" * 6  # 2 trials, the killed re-timing; the trial again, 2 re-timings
+    assert json.loads((sweep_dir / "sweep.json").read_text())["state"] == "done"
+    assert no_trial_left(sweep_dir, timeout_s=5)
+
+
+@pytest.mark.e2e
 def test_ctrl_c_in_the_drift_check_exits_130_says_what_was_cut_short_and_the_resume_finishes_it(tmp_path) -> None:
     import json
     import os
