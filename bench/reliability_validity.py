@@ -103,6 +103,18 @@ def per_micro_batch_log_figure(root: Path):
     return statuses == {1: "ok", 2: "rejected", 4: "rejected"} and rec.get("accum") == 1, f"{statuses}; accum=4: {reason}...; {_answer(rec)}", wrong
 
 
+def own_update_ignoring_accum(root: Path):
+    """Issue 45's weaker signal under the same checks: its own update (no torch.optim step to count) after every
+    micro-batch, whatever --accum says; its figures grow with the accumulation asked (the truth: accum=1 is the one
+    pair that trained what was asked)."""
+    proc, rows, rec = _sweep(root, ',"--attack=own_update_no_accum","--rates=1:1=800,2:1=900,4:1=1000"', "search=grid", "accum=1,2,4",
+                             "split=1", "search.drift_check=false", "search.measure_to_decision=false", "search.racing=false")
+    statuses = {a: rows.get((a, 1), {}).get("status") for a in (1, 2, 4)}
+    reason = rows.get((4, 1), {}).get("reason", "")[:130]
+    wrong = _wrong(rec, (1, 1)) or statuses[2] == "ok" or statuses[4] == "ok"
+    return statuses == {1: "ok", 2: "rejected", 4: "rejected"} and rec.get("accum") == 1, f"{statuses}; accum=4: {reason}...; {_answer(rec)}", wrong
+
+
 def one_step_confidence(_: Path):
     """Issue 43's point 2, on the records: a provisional pair measured on one cold step is not scored as measured."""
     from sweep.core.confidence import confidence_score
@@ -317,6 +329,7 @@ CASES = [
     Case("caught_oom_and_ignored_accumulation", "fault", caught_oom_and_ignored_accum),
     Case("more_ranks_than_devices", "fault", more_ranks_than_devices),
     Case("per_micro_batch_log_figure", "fault", per_micro_batch_log_figure),
+    Case("own_update_ignoring_accumulation", "fault", own_update_ignoring_accum),
     Case("one_step_scored_as_measured", "fault", one_step_confidence),
     Case("growth_early_rise_late_creep", "fault", growth_late_creep),
     Case("warm_worker_killed_after_an_oom", "fault", warm_worker_killed_after_an_oom),

@@ -11,8 +11,12 @@ pair, as samples/s of the global batch. What it breaks, by --attack:
                   catches and carries on at half the batch, as HF's auto_find_batch_size does; exit 0
     no_accum      ignores --accum: one micro-batch per optimizer step, so each step trains 1/accum of
                   the global batch and is accum times too short for the pair asked
-    own_optimizer its own parameter update (no torch.optim), and a Keras-like bar per micro-batch:
+    own_optimizer its own parameter update (no torch.optim) once every --accum micro-batches, as Keras 3's
+                  gradient_accumulation_steps does, and a Keras-like bar per micro-batch:
                   `1/1 - 0s 12ms/step` for each micro-batch, not each optimizer step
+    own_update_no_accum
+                  its own parameter update (no torch.optim) after every micro-batch, whatever --accum says:
+                  no optimizer step for the probe to count, only the parameters' values changing
 
 --attacks "1:1=caught_oom,2:1=no_accum" picks one per pair instead (the rest: --attack). --oom-pairs "1:1,..."
 makes those pairs fail at once with a CUDA out-of-memory traceback, before torch is even imported.
@@ -61,7 +65,7 @@ def main() -> None:
     train(args, float(pairs(args.rates).get(pair) or 1000.0))
 
 
-ATTACKS = ["none", "cold_first", "caught_oom", "no_accum", "own_optimizer"]
+ATTACKS = ["none", "cold_first", "caught_oom", "no_accum", "own_optimizer", "own_update_no_accum"]
 
 
 def train(args: argparse.Namespace, rate: float) -> None:
@@ -90,7 +94,8 @@ def train(args: argparse.Namespace, rate: float) -> None:
 
     torch.manual_seed(0)
     net = Net(16)
-    optimizer = None if args.attack == "own_optimizer" else torch.optim.SGD(net.parameters(), lr=1e-3)
+    own_update = args.attack in ("own_optimizer", "own_update_no_accum")
+    optimizer = None if own_update else torch.optim.SGD(net.parameters(), lr=1e-3)
     step_s = args.global_batch / rate
     micro_batches = 1 if args.attack == "no_accum" else args.accum
     cold = 0
@@ -109,7 +114,7 @@ def train(args: argparse.Namespace, rate: float) -> None:
     for it in range(args.steps):
         started = time.perf_counter()
         slow = 3.0 if it < cold else 1.0
-        for _ in range(micro_batches):
+        for micro in range(micro_batches):
             micro_started = time.perf_counter()
             net.joint.explode = args.attack == "caught_oom" and it == 2 and batch == args.batch
             try:
@@ -123,11 +128,12 @@ def train(args: argparse.Namespace, rate: float) -> None:
                 loss = net(torch.randn(batch, 16)).pow(2).mean()
             loss.backward()
             time.sleep(max(0.0, slow * step_s / args.accum - (time.perf_counter() - micro_started)))
-            if args.attack == "own_optimizer":
+            if own_update and (args.attack == "own_update_no_accum" or micro == micro_batches - 1):
                 with torch.no_grad():
                     for param in net.parameters():
                         param -= 1e-3 * param.grad
                         param.grad = None
+            if own_update:
                 ms = (time.perf_counter() - micro_started) * 1000
                 print(f"1/1 - 0s {ms:.0f}ms/step - loss: 1.0000", flush=True)
         if optimizer is not None:

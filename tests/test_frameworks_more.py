@@ -138,6 +138,8 @@ def test_a_framework_swept_as_a_users_command_is_timed_by_the_probe_as_by_itself
         assert own_steps * accum <= backwards < (own_steps + 2) * accum, (own_steps, accum, backwards)
         if signal == OPTIMIZER_STEPS:
             assert record["backward_per_step"] == accum, record
+        else:  # its own optimizer: the probe saw its parameters change once every accum backward passes
+            assert record["backward_per_update"] == accum and record["status"] == "ok", record
         agreement = compare(probe, own[0], skip)
         sweep_figures[accum] = record["throughput"]
         own_medians[accum] = own_median_over_the_figures_steps(record, probe, own[0])

@@ -127,6 +127,32 @@ def test_backward_passes_per_step_must_be_the_accumulation_asked_for():
     assert validated(ok(1, 1, STEADY, backward_per_step=3.0)).status == OK  # accum=1: any count is whole
 
 
+def test_with_no_torch_optim_step_the_backward_passes_between_updates_must_be_the_accumulation_asked_for():
+    """A trainer with its own update (fastai's default optimizer, Keras 3 on torch, a hand-written loop) has no
+    optimizer step to count: the probe watches a parameter and records the backward passes at which its values had
+    changed. An update after every pass where accum=4 was asked is a trainer that ignores --accum."""
+    from sweep.core.probe_report import backward_per_update, summarise
+
+    def report(changed_at: list[int]):
+        records = [{"kind": "start", "world_size": 1}]
+        for i in range(16):
+            if i in changed_at:
+                records.append({"kind": "update", "backward": i})
+            records.append({"kind": "backward", "index": i, "at": 10.0 + 0.1 * i})
+        return summarise({"rank0.jsonl": records})
+
+    assert backward_per_update(report([4, 8, 12])) == 4.0  # every 4th pass: accumulating as asked
+    assert backward_per_update(report([4, 12])) is None  # one gap: too little to say
+    assert backward_per_update(report([4, 12, 15])) == pytest.approx(5.5)  # 8 and 3: the median of two gaps
+    assert backward_per_update(report(list(range(1, 16)))) == 1.0  # after every pass
+    assert validated(ok(4, 1, STEADY, backward_per_update=4.0)).status == OK
+    assert validated(ok(4, 1, STEADY, backward_per_update=8.0)).status == OK  # an update the watch missed: still whole
+    r = validated(ok(4, 1, STEADY, backward_per_update=1.0))
+    assert r.status == REJECTED and "1 backward pass(es) between the parameter updates it saw (no torch.optim step) where accum=4" in r.error
+    # Where the optimizer steps were counted, they decide; an update count never overrides them.
+    assert validated(ok(4, 1, STEADY, backward_per_step=4.0, backward_per_update=1.0)).status == OK
+
+
 def test_a_log_figure_the_probe_contradicts_rejects_the_pair():
     r = ok(4, 1, STEADY)
     assert validated(replace(r, log_throughput=r.throughput * 1.3)).status == OK  # two windows on a busy box
@@ -257,16 +283,45 @@ def test_a_per_micro_batch_log_figure_is_caught_by_the_probes_backward_passes(tm
         # the regex guard's 3 s limit refused it once on a box at load 15.
         "workload.parser.type=regex", "+workload.parser.pattern='s (?P<throughput>[0-9.]+)ms/step'", "+workload.parser.unit=ms/step",
     )
+    from sweep.core.schema import trial_dir
+    from sweep.records import read_result
+
     assert rows[(1, 1)]["status"] == "ok"
     for accum in (2, 4):
         assert rows[(accum, 1)]["status"] == "rejected", rows[(accum, 1)]
         assert f"is {accum:g}x the probe's" in rows[(accum, 1)]["reason"] or "x the probe's" in rows[(accum, 1)]["reason"]
-    from sweep.core.schema import trial_dir
-    from sweep.records import read_result
-
+        # It accumulates as asked (its own update every accum passes, as Keras' gradient_accumulation_steps): the log
+        # alone is wrong, and the probe's watch of its parameters says so.
+        assert "backward pass(es)" not in rows[(accum, 1)]["reason"], rows[(accum, 1)]
+        record = read_result(trial_dir(sweep_dir, f"accum{accum}_split1") / "result.json")
+        assert record.backward_per_update == accum and record.backward_per_step is None, record
     one = read_result(trial_dir(sweep_dir, "accum1_split1") / "result.json")
     assert one.probe_signal == "backward passes" and one.measured_by == "probe"
     assert abs(one.throughput / 1000.0 - 1) < 0.15, one.throughput  # the truth, from the backward passes
+    assert re.search(r"recommended accum=1 split=1", proc.stdout), proc.stdout
+
+
+@pytest.mark.e2e
+def test_an_own_update_after_every_micro_batch_is_caught_by_the_parameters_it_changes(tmp_path):
+    """Issue 45's weaker signal under issue 43's checks: a trainer with its own update (no torch.optim step, so no
+    step for the probe to count) that ignores --accum and updates after every micro-batch. Its figures are the
+    fastest where the most accumulation was asked (1000 samples/s at accum=4), and without the parameter watch it
+    was ok there and recommended. The probe sees the parameters change after every backward pass: rejected."""
+    from sweep.core.schema import trial_dir
+    from sweep.records import read_result
+
+    proc, rows, sweep_dir = _sweep(
+        tmp_path, "own_update", ',"--attack=own_update_no_accum","--rates=1:1=800,2:1=900,4:1=1000"',
+        "search=grid", "accum=1,2,4", "split=1", "search.drift_check=false", "search.measure_to_decision=false", "search.racing=false",
+    )
+    assert rows[(1, 1)]["status"] == "ok", rows[(1, 1)]
+    for accum in (2, 4):
+        row = rows[(accum, 1)]
+        assert row["status"] == "rejected", row
+        assert (f"the probe saw 1 backward pass(es) between the parameter updates it saw (no torch.optim step) where accum={accum} "
+                "was asked: the command does not accumulate as asked") in row["reason"], row
+    one = read_result(trial_dir(sweep_dir, "accum1_split1") / "result.json")
+    assert one.probe_signal == "backward passes" and one.backward_per_update == 1.0
     assert re.search(r"recommended accum=1 split=1", proc.stdout), proc.stdout
 
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER, OomPhase
 
 Record = Mapping[str, Any]
@@ -78,6 +80,9 @@ class ProbeReport:
     # parameter update is no torch.optim step (backward_step_times) and for counting micro-batches.
     backward_ats: dict[str, tuple[int, list[float]]] = field(default_factory=dict)
     torch_optimizers: bool = False  # some process made a torch.optim optimizer: its steps time the training
+    # Where no torch.optim optimizer exists: each process's backward passes at which the watched parameter had changed
+    # since the one before (an update ran between them): source -> their indices (backward_per_update).
+    update_backwards: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def step_retries(self) -> list[int]:
@@ -130,6 +135,7 @@ def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Seque
     world_sizes: dict[str, int] = {}
     backward_ats: dict[str, tuple[int, list[float]]] = {}
     torch_optimizers = False
+    update_backwards: dict[str, list[int]] = {}
     for source, records in sorted(records_by_source.items()):
         seen: dict[int, Record] = {}
         ats: list[float] = []
@@ -139,6 +145,9 @@ def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Seque
                 at = _number(record.get("at"))
                 if at is not None:
                     ats.append(at)
+            elif kind == "update":
+                if isinstance(record.get("backward"), int):
+                    update_backwards.setdefault(source, []).append(int(record["backward"]))
             elif kind == "optimizer":
                 torch_optimizers = True
             elif kind == "start":
@@ -185,6 +194,7 @@ def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Seque
         world_size=max(trained_world) if trained_world else None,
         backward_ats=backward_ats,
         torch_optimizers=torch_optimizers or bool(per_step),
+        update_backwards=update_backwards,
     )
 
 
@@ -213,6 +223,15 @@ def backward_per_step(report: ProbeReport, warmup_steps: int) -> float | None:
     ordered = sorted(counts)
     mid = len(ordered) // 2
     return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def backward_per_update(report: ProbeReport) -> float | None:
+    """The median backward passes between the parameter updates the probe saw, over every process, where no
+    torch.optim optimizer exists; None with fewer than two such gaps (a trainer whose updates left the watched
+    parameter as it was, or too short a run). An update the watch missed makes a gap of two updates' passes, still
+    a whole multiple of the accumulation; a trainer that updates after every pass makes gaps of 1."""
+    gaps = [after - before for indices in report.update_backwards.values() for before, after in zip(indices, indices[1:])]
+    return float(np.median(gaps)) if len(gaps) >= 2 else None
 
 
 def backward_step_times(report: ProbeReport, accum: int) -> list[float]:

@@ -127,6 +127,9 @@ class TrialResult:
     world_size: int | None = None  # the ranks' own world size as the probe read it (largest over ranks, every node)
     probe_oom: str = ""  # an out-of-memory error the probe recorded (one line), even one the trainer caught
     backward_per_step: float | None = None  # median backward passes per timed optimizer step (the probe's)
+    # Where no torch.optim optimizer exists: the median backward passes between the parameter updates the probe saw
+    # (a watched parameter's values changed), the accumulation the trainer really ran.
+    backward_per_update: float | None = None
     log_throughput: float | None = None  # the log's own figure, in throughput_unit, where the probe gave the figure
     transient_steps: int = 0  # leading timed steps left out as still warming up (core/steady.py), after warmup_steps
     # The probe's figure over every timed step, the transient ones included: the window log_throughput (the log's own

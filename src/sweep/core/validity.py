@@ -13,7 +13,8 @@ the record by the workload) must show that it measured that pair:
   batch a step;
 - the accumulation: where the probe counted backward passes, each optimizer step holds a whole multiple
   of `accum` of them (a GAN's two losses make two per micro-batch); one per step where accum=4 was asked
-  means the command did not accumulate as asked;
+  means the command did not accumulate as asked. Where no torch.optim optimizer exists, the backward passes
+  between the parameter updates the probe saw (a watched parameter's values changed) are checked the same way;
 - the steady state: the probe's steps the figure rests on are not still speeding up (core/steady.py);
 - agreement: where the probe gave the figure (on MIN_INTERVAL_STEPS steps or more) and the log gave one
   too, the two agree within LOG_AGREEMENT; a per-micro-batch or per-rank log figure is off by the
@@ -64,15 +65,18 @@ def rank_problem(result: TrialResult) -> str:
 
 
 def accumulation_problem(result: TrialResult) -> str:
-    """Why the backward passes per optimizer step do not match the accumulation asked for, or ""."""
-    per_step = result.backward_per_step
+    """Why the backward passes per optimizer step (or, with no torch.optim step, between the parameter updates the
+    probe saw) do not match the accumulation asked for, or ""."""
+    per_step, between = result.backward_per_step, "per optimizer step"
+    if per_step is None:
+        per_step, between = result.backward_per_update, "between the parameter updates it saw (no torch.optim step)"
     if per_step is None or per_step <= 0 or result.accum <= 1:
         return ""
     whole = round(per_step)
     if abs(per_step - whole) < 0.05 and whole % result.accum == 0:
         return ""
     return (
-        f"the probe saw {per_step:g} backward pass(es) per optimizer step where accum={result.accum} was asked: "
+        f"the probe saw {per_step:g} backward pass(es) {between} where accum={result.accum} was asked: "
         f"the command does not accumulate as asked (check the argv's {{accum}})"
     )
 

@@ -15,6 +15,8 @@ line so a killed process leaves what it measured:
           Every PyTorch training step runs them, whoever's optimizer updates the parameters (fastai's
           own, Keras 3's, a hand-written update), so they time trainers with no torch.optim step, and
           count the micro-batches of those with one (core/validity.py checks the accumulation)
+  update  with no torch.optim optimizer: backward (the index of a backward pass that found a watched
+          parameter's values changed since the pass before: an update ran between them)
   oom     module (path of the running module, "optimizer:<class>" in an optimizer step), where
           (forward/backward/optimizer), inside (whether that module was running or had just
           finished), via (hooks/frames/autograd node: how the module was known), message, step

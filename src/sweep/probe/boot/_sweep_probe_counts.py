@@ -6,12 +6,18 @@ a hand-written update): they time the trainers that make no torch.optim optimize
 count the micro-batches of those that do (core/validity.py checks the accumulation). A torch.optim optimizer
 made in the process means its steps, not the backward passes, time the training: a trainer's warm-up or a
 gradient check backpropagates before the first step.
+
+Where no torch.optim optimizer exists, the probe cannot see an update happen, only its effect: it watches one
+parameter a backward pass reaches, and records `update` at each backward pass that finds the parameter's values
+changed since the previous one. The backward passes between those records are the trainer's accumulation, checked
+against the one asked for as the optimizer steps' count is (a trainer that ignores --accum updates after each).
 """
 
 from __future__ import annotations
 
 import functools
 import time
+import weakref
 
 
 class UpdateCounting:
@@ -22,6 +28,8 @@ class UpdateCounting:
     backward_index = 0  # backward passes since arming
     optimizer_calls = 0  # optimizer steps seen (Probe's pre-hook counts them)
     optimizer_classes: set = set()  # torch.optim classes made in this process (one record each per arming)
+    watched = None  # weakref to the parameter watched for updates (no torch.optim optimizer made), once one is found
+    watched_before = None  # its sampled values' bytes at the previous backward pass
 
     def backward_done(self) -> None:
         """An outermost backward pass returned (the backward wrapper calls this): count it and record when."""
@@ -30,8 +38,50 @@ class UpdateCounting:
         if self.optimizer_calls == 0:
             self._sync()  # no optimizer step syncs for it: the backward passes are the clock (CUDA runs ahead)
         self.backwards += 1
+        if not self.optimizer_classes and "parameter watch" not in self._disabled:
+            try:
+                self._note_an_update()
+            except Exception as exc:  # noqa: BLE001 - a watch that fails is off, never the trainer's problem
+                self.problem("parameter watch", exc)
         self._write({"kind": "backward", "index": self.backward_index, "at": time.perf_counter()})
         self.backward_index += 1
+
+    def watch_a_parameter(self, tensors) -> None:
+        """Before an outermost backward pass with no torch.optim optimizer made and no parameter watched: watch the
+        first parameter its graph reaches (an AccumulateGrad node's variable), found once, not at every pass."""
+        if self.optimizer_classes or self.writer is None or (self.watched is not None and self.watched() is not None):
+            return
+        if "parameter watch" in self._disabled or self.compiling():
+            return
+        try:
+            roots = [tensors] if hasattr(tensors, "grad_fn") else list(tensors or ())
+            queue, seen = [t.grad_fn for t in roots if getattr(t, "grad_fn", None) is not None], set()
+            while queue and len(seen) < 10_000:
+                node = queue.pop(0)
+                if node is None or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                variable = getattr(node, "variable", None)
+                if variable is not None and variable.numel() > 0:
+                    self.watched, self.watched_before = weakref.ref(variable), None
+                    return
+                queue.extend(next_node for next_node, _ in node.next_functions)
+        except Exception as exc:  # noqa: BLE001
+            self.problem("parameter watch", exc)
+
+    def _note_an_update(self) -> None:
+        """Sample the watched parameter (64 values spread over it) and record `update` if they changed since the
+        previous backward pass: an update ran between the two. Compared as bytes, so a NaN equals itself."""
+        param = self.watched() if self.watched is not None else None
+        if param is None:
+            return
+        torch = self.torch
+        with torch.no_grad():
+            flat = param.detach().reshape(-1)
+            sample = flat[:: max(1, flat.numel() // 64)][:64].clone().view(torch.uint8)
+        before, self.watched_before = self.watched_before, sample
+        if before is not None and not torch.equal(before, sample):
+            self._write({"kind": "update", "backward": self.backward_index})
 
     def record_known_optimizers(self) -> None:
         """At (re-)arming: the optimizer classes made before, in the new record too."""

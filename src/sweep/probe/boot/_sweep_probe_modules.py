@@ -131,6 +131,7 @@ class ModuleAndOomHooks(OomRecords):
             probe.backward_depth += 1
             if probe.backward_depth == 1:
                 probe.backward_module = None
+                probe.watch_a_parameter(args[0] if args else kwargs.get("tensors"))
             try:
                 result = original(*args, **kwargs)
             except BaseException as exc:

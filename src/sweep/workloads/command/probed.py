@@ -142,7 +142,7 @@ class ProbeFollower:
 
     def provenance_fields(self) -> dict[str, Any]:
         """What core/validity.py checks a figure against: the ranks' world size, backward passes per step, any OOM."""
-        from sweep.core.probe_report import backward_per_step
+        from sweep.core.probe_report import backward_per_step, backward_per_update
 
         report = self.report
         if report is None or not report.armed:
@@ -151,6 +151,7 @@ class ProbeFollower:
         return dict(
             world_size=report.world_size,
             backward_per_step=backward_per_step(report, self.warmup_steps),
+            backward_per_update=backward_per_update(report) if self.signal == "backward passes" else None,
             probe_oom="" if oom is None else (
                 f"in {oom.module or 'no module'} during {oom.where}, step {oom.step}, rank {oom.rank}: {oom.message}"[:400]
             ),
