@@ -176,13 +176,25 @@ def test_new_trials_csv_columns_load_with_their_dtypes(tmp_path: Path) -> None:
     assert str(df["tight"].dtype) == "boolean" and str(df["headroom"].dtype) == "float64"
 
 
+def test_the_table_says_what_gave_each_figure(tmp_path: Path) -> None:
+    """A trainer with no torch.optim step is timed by its backward passes: the table says so beside its figure."""
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    res = [result(1, 1, measured_by="probe", probe_signal="backward passes"), result(2, 1, measured_by="probe", probe_signal="optimizer steps"),
+           result(4, 1, measured_by="log")]
+    (sweep / "trials.csv").write_text(table_csv(rows(res)))
+    df = load(sweep).set_index(["accum", "split"])
+    assert df.loc[(1, 1), "measured_by"] == "probe: backward passes" and df.loc[(4, 1), "measured_by"] == "log"
+
+
 def test_an_older_trials_csv_without_the_new_columns_still_loads(tmp_path: Path) -> None:
     sweep = tmp_path / "s"
     sweep.mkdir()
     old = pd.read_csv(io.StringIO(table_csv(rows([result(1, 1)]))), dtype=str, keep_default_na=False)
-    old.iloc[:, :-6].to_csv(sweep / "trials.csv", index=False)
+    old.iloc[:, :-7].to_csv(sweep / "trials.csv", index=False)
     df = load(sweep)
     assert df["throughput_unit"].isna().all() and df["tight"].isna().all() and df["capacity_gib"].isna().all()
+    assert df["measured_by"].isna().all()
     assert "samples/s" in report.plain_table(df).splitlines()[0]
 
 

@@ -15,7 +15,8 @@ this schema, in this column order, whatever the source:
 | split                           | Int64    | batch_split_factor                                                |
 | per_device_batch                | Int64    | global_batch_size / (accum * num_devices); <NA> if not an integer |
 | joint_batch                     | Int64    | per_device_batch / split; <NA> if not an integer                  |
-| status                          | category | ok, oom, failed, timeout, cancelled, running, pending, invalid    |
+| status                          | category | ok, oom, failed, timeout, cancelled, rejected, running, pending,  |
+|                                 |          | skipped, predicted_oom, invalid                                   |
 | oom_phase                       | category | encoder, joint, optimizer; <NA> unless status is oom              |
 | throughput_samples_per_s        | float64  | median samples/s over the measured steps                          |
 | throughput_low_samples_per_s    | float64  | lower end of the 95% interval of that median                      |
@@ -33,10 +34,12 @@ this schema, in this column order, whatever the source:
 | headroom                        | float64  | fraction of capacity left at the peak: 1 - peak / capacity        |
 | peak_reserved_gib               | float64  | built-in: CUDA's reserved or the CPU's address-space peak, GiB    |
 | capacity_gib                    | float64  | the device memory the peak is measured against, GiB               |
+| measured_by                     | string   | what gave the figure: probe: optimizer steps, probe: backward     |
+|                                 |          | passes (no torch.optim step), or log                              |
 
 The throughput columns keep their historical `_samples_per_s` names; their unit is
 `throughput_unit` (tokens/s for a trainer that counts tokens). A trials.csv written before
-the last six columns existed still loads: they are <NA>/NaN there.
+the last seven columns existed still loads: they are <NA>/NaN there.
 
 Missing values are <NA> (integers, strings, categories) or NaN (floats).
 `status` and `oom_phase` always carry every category in the order above, so
@@ -102,9 +105,10 @@ SCHEMA: dict[str, Any] = {
     "headroom": _FLOAT,
     "peak_reserved_gib": _FLOAT,
     "capacity_gib": _FLOAT,
+    "measured_by": _STR,
 }
 # Columns a trials.csv from an older sweep may lack; load() fills them with missing values.
-_ADDED_COLUMNS = ("throughput_unit", "tight", "stopped_early", "headroom", "peak_reserved_gib", "capacity_gib")
+_ADDED_COLUMNS = ("throughput_unit", "tight", "stopped_early", "headroom", "peak_reserved_gib", "capacity_gib", "measured_by")
 
 Source = Union[str, "os.PathLike[str]"]
 

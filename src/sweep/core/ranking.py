@@ -61,6 +61,7 @@ TABLE_COLUMNS = [
     "headroom",
     "peak_reserved_gib",
     "capacity_gib",
+    "measured_by",
 ]
 
 # Row order below the ranked rows: what is still coming, then what failed and why.
@@ -184,12 +185,21 @@ def build_table(
                 headroom=res.headroom,
                 peak_reserved_gib=res.peak_reserved_gib,
                 capacity_gib=res.capacity_gib,
+                measured_by=measured_by(res),
             )
             if res.status == OK and base_tp and res.throughput:
                 row["speedup"] = res.throughput / base_tp
         rows.append(row)
     rows.sort(key=lambda r: (_STATUS_ORDER[r["status"]], r["rank"] or 0, r["accum"], r["split"]))
     return rows
+
+
+def measured_by(res: TrialResult) -> str:
+    """What gave the figure: "probe: optimizer steps", "probe: backward passes" (a trainer with no torch.optim
+    step), "log" (the log parser), or "" (no figure, or a record from before the field existed)."""
+    if res.measured_by == "probe":
+        return f"probe: {res.probe_signal}" if res.probe_signal else "probe"
+    return res.measured_by
 
 
 def table_csv(rows: Sequence[Mapping[str, Any]]) -> str:
