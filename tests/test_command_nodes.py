@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -46,16 +47,49 @@ def test_no_shipped_preset_starts_every_nodes_ranks_on_each_node():
     """{num_devices} is the total: `--nproc_per_node={num_devices}` on two nodes starts twice the ranks (the issue's 4 for 2).
     The launchers' per-node counts: torchrun's --nproc_per_node, the deepspeed launcher's --num_gpus, Lightning's
     trainer.devices (caiman-asr's own --num_gpus is its world size: {num_devices})."""
-    per_node = re.compile(r"(--nproc_per_node|deepspeed --num_gpus|trainer\.devices)=\{(\w+)\}")
+    per_node = re.compile(r"(--nproc_per_node|trainer\.devices|deepspeed [^,]*?--num_gpus)=\{(\w+)\}")
     seen = {}
     for path in PRESETS.glob("*.yaml"):
         text = json.dumps(yaml.safe_load(path.read_text()))
         for flag, placeholder in per_node.findall(text):
-            seen[f"{path.stem} {flag}"] = placeholder
+            seen[f"{path.stem} {flag if not flag.startswith('deepspeed') else 'deepspeed ' + flag.split()[-1]}"] = placeholder
     assert {"hf --nproc_per_node", "torchtitan --nproc_per_node", "megatron --nproc_per_node", "timm --nproc_per_node",
             "nanochat --nproc_per_node", "deepspeed deepspeed --num_gpus", "lightning trainer.devices",
             "nemo_micro_batch trainer.devices"} <= set(seen)
     assert {k: v for k, v in seen.items() if v != "nproc_per_node"} == {}
+
+
+def test_the_deepspeed_preset_starts_one_world_over_every_node_without_ssh():
+    """deepspeed alone (no hostfile, no --no_ssh) runs one node with master 127.0.0.1 and refuses --num_nodes>1: each node
+    formed a world of its own. The preset's line is DeepSpeed's launch without ssh: node rank, node 0's host, a hostfile
+    naming every node, and its per-trial files in the trial's dir under this node's name (the nodes share that dir)."""
+    line = yaml.safe_load((PRESETS / "deepspeed.yaml").read_text())["workload"]["argv"][2]
+    for flag in ("--no_ssh", "--num_nodes={nodes}", "--node_rank={node_rank}", "--master_addr={master_addr}", "--master_port={master_port}",
+                 '--hostfile="$SWEEP_TRIAL_DIR/hostfile-node{node_rank}"', '--deepspeed_config "$SWEEP_TRIAL_DIR/ds_config-node{node_rank}.json"'):
+        assert flag in line, flag
+    from deepspeed.launcher.runner import parse_args
+
+    launched = line[line.index("exec deepspeed ") + len("exec deepspeed "):]
+    filled = fill(launched, {"nodes": 2, "node_rank": 1, "nproc_per_node": 2, "master_addr": "mn1", "master_port": 29400})
+    args = parse_args(filled.replace('"', "").split())  # DeepSpeed's own parser reads the line as each node runs it
+    assert (args.no_ssh, args.num_nodes, args.node_rank, args.num_gpus, args.master_addr, args.user_script) == (True, 2, 1, 2, "mn1", "train.py")
+
+
+@pytest.mark.filterwarnings("ignore:The `srun` command is available")  # Lightning's hint, for a job run without srun
+def test_the_lightning_presets_opt_out_of_lightnings_slurm_detection(monkeypatch):
+    """On Slurm a command trial is one task per node: Lightning, seeing SLURM_NTASKS, takes Slurm's layout (a task a rank)
+    and refuses trainer.devices=2. A job named 'interactive' is its documented opt-out; the presets' env sets it, and
+    Lightning's own launcher then starts the node's ranks from MASTER_ADDR, MASTER_PORT and NODE_RANK."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.delenv("SLURM_JOB_NAME", raising=False)
+    assert SLURMEnvironment.detect()  # the assumption the presets must break
+    for preset in ("lightning", "nemo_micro_batch"):
+        env = yaml.safe_load((PRESETS / f"{preset}.yaml").read_text())["workload"]["env"]
+        assert {"MASTER_ADDR": "{master_addr}", "MASTER_PORT": "{master_port}", "NODE_RANK": "{node_rank}"}.items() <= env.items(), preset
+        monkeypatch.setenv("SLURM_JOB_NAME", env["SLURM_JOB_NAME"])
+        assert not SLURMEnvironment.detect(), preset
 
 
 def test_dry_run_prints_the_line_each_node_runs(tmp_path):
@@ -173,6 +207,44 @@ def test_node_0_stopped_for_a_failed_node_files_that_nodes_failure():
     stopped = own(Status.CANCELLED, "stopped: killed by SIGTERM (exit status -15)")
     got = merged(stopped, {1: peer}, 2, decided=False, own_ended_at=9.0, for_peer=peer)
     assert got.status == Status.FAILED and got.error.startswith("node 1 (n1): rank 2: RuntimeError")
+
+
+def test_a_crash_on_node_1_that_ended_before_node_0_decided_is_still_the_trials_crash(tmp_path):
+    """Node 1's rank crashed; node 0 decided (measured enough) before it next looked for failed nodes: the decision did
+    not cause that crash, which node 1 ended before it saw the decision. It is filed, not node 0's partial figure."""
+    zero, one = Team(tmp_path, "7", 0, 2), Team(tmp_path, "7", 1, 2)
+    crashed_at = time.time() - 0.5
+    zero.decide("measured enough")
+    node1_record = replace(own(Status.FAILED, "rank 3: RuntimeError: bad shard 7"), host="n1", log="/t/command-job7-node1.log")
+    reported = one.report(node1_record, "", crashed_at)
+    assert (reported.status, reported.saw_stop) == ("failed", False)
+    measured = own(Status.OK, throughput=100.0, step_times_s=[0.16] * 8, stopped_early="measured enough")
+    got = merged(measured, {1: reported}, 2, decided=True, own_ended_at=time.time(), for_peer=None)
+    assert (got.status, got.error, got.log) == (Status.FAILED, "node 1 (n1): rank 3: RuntimeError: bad shard 7", "/t/command-job7-node1.log")
+    assert got.throughput is None and got.stopped_early == ""
+    # The time limit decided it: node 1's earlier crash is why node 0's ranks hung, not the timeout.
+    timed_out = own(Status.TIMEOUT, "still running after trial.time_limit_s=60s; stopped")
+    assert merged(timed_out, {1: reported}, 2, decided=True, own_ended_at=time.time(), for_peer=None).status == Status.FAILED
+    # Broken connections node 1 did not see the stop for still follow a peer (node 0's stop): no evidence.
+    assert merged(measured, {1: verdict(1, "failed", GLOO)}, 2, decided=True, own_ended_at=9.0, for_peer=None) is measured
+
+
+def test_the_records_memory_is_the_largest_peak_and_smallest_headroom_of_any_node(tmp_path):
+    """Node 0's sampler sees its own node's processes only: node 1's heavier ranks are in node 1's verdict."""
+    zero, one = Team(tmp_path, "7", 0, 2), Team(tmp_path, "7", 1, 2)
+    zero.decide("measured enough")
+    one.report(own(Status.OK, peak_mem_gib=1.9, capacity_gib=23.5, headroom=1 - 1.9 / 23.5), "measured enough", time.time())
+    node1 = zero.wait_for_verdicts(timeout=1)[1]  # through the verdict file, as on a cluster
+    assert (node1.peak_mem_gib, node1.capacity_gib) == (1.9, 23.5)
+    mine = own(Status.OK, throughput=100.0, step_times_s=[0.16] * 8, peak_mem_gib=0.8, capacity_gib=23.5, headroom=1 - 0.8 / 23.5)
+    got = merged(mine, {1: node1}, 2, decided=True, own_ended_at=9.0, for_peer=None)
+    assert (got.peak_mem_gib, got.capacity_gib, got.headroom) == (1.9, 23.5, pytest.approx(1 - 1.9 / 23.5))
+    assert got.throughput == 100.0  # node 0's figure stands
+    # Filed from node 1's OOM, node 0's larger peak still counts; a node with no reading changes nothing.
+    oom = verdict(1, "oom", "rank 2: out of memory", peak_mem_gib=0.5, capacity_gib=23.5, headroom=1 - 0.5 / 23.5)
+    got = merged(own(Status.FAILED, GLOO, peak_mem_gib=0.8, capacity_gib=23.5, headroom=0.9), {1: oom, 2: verdict(2, STOPPED)}, 3,
+                 decided=False, own_ended_at=9.0, for_peer=None)
+    assert (got.status, got.peak_mem_gib, got.headroom) == (Status.OOM, 0.8, 0.9)
 
 
 def test_a_missing_verdict_is_said():

@@ -2,12 +2,15 @@
 
 The `slurm_nodes` fixture's partition has two nodes, each in network, UTS and mount namespaces of its own
 (tests/slurm/nodes.sh): its own hostname, its own loopback, and an /etc/hosts naming its peer, as real nodes
-have. A command trial is one job of one task per node; torchrun on each node starts that node's ranks
-(`--nproc_per_node={nproc_per_node}`, the shipped presets' launch line) and gloo joins them over the
-nodes' bridge. tests/nodes_train.py is the trainer: each rank writes its own step times, and a trial's
-accum picks what goes wrong on which rank.
+have. A command trial is one job of one task per node, whose command starts that node's ranks in every launch
+style the shipped presets write: torchrun (`--nproc_per_node={nproc_per_node}`, the hf/torchtitan/megatron/timm/
+nanochat line), the deepspeed launcher (sweeps/deepspeed.yaml's line, without ssh) and Lightning's own launcher
+(sweeps/lightning.yaml's overrides and env); gloo joins the ranks over the nodes' bridge. tests/nodes_train.py
+(torchrun, deepspeed) and tests/nodes_lightning.py are the trainers: each rank writes its own step times, and a
+trial's accum picks what goes wrong on which rank.
 
-CI time: 1.5 to 2.5 minutes on a 2-core box other work keeps busy (an srun and three sweeps, whose trials run side by side).
+CI time: 2.5 to 3.5 minutes on a 2-core box other work keeps busy (an srun and four sweeps, whose trials run side by
+side; the three sweeps of the launch styles run at once).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import socket
 import statistics
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ from sweep_run import run_sweep
 pytestmark = pytest.mark.slurm
 
 TRAIN = Path(__file__).with_name("nodes_train.py")
+LIGHTNING_TRAIN = Path(__file__).with_name("nodes_lightning.py")
 PRESETS = Path(__file__).resolve().parents[1] / "sweeps"
 GBS = 16
 
@@ -38,16 +43,31 @@ def preset_launch_line() -> list[str]:
     return argv[: argv.index("run_clm.py")]
 
 
-def command_args(cluster: Any, sweep_dir: Path, *extra: str, train: tuple[str, ...] = ()) -> list[str]:
-    argv = [*preset_launch_line(), str(TRAIN), "--accum={accum}", "--gbs={global_batch_size}", *train]
+def command_args(cluster: Any, sweep_dir: Path, *extra: str, train: tuple[str, ...] = (), launch: list[str] | None = None) -> list[str]:
+    argv = [*(launch or preset_launch_line()), str(TRAIN), "--accum={accum}", "--gbs={global_batch_size}", *train]
+    return [*cluster_args(cluster, sweep_dir), "workload=command", f"workload.argv={json.dumps(argv, separators=(',', ':'))}", *extra]
+
+
+def cluster_args(cluster: Any, sweep_dir: Path) -> list[str]:
     return [
         "+machine=cpu2", "machine.num_devices=4", "machine.nodes=2", "hydra/launcher=submitit_slurm",
         # One CPU a node's launcher (not the two its ranks' tasks would have had): three trials fit side by side.
         f"hydra.launcher.partition={cluster.multi_partition}", "hydra.launcher.tasks_per_node=1", "hydra.launcher.cpus_per_task=1",
-        f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv={json.dumps(argv, separators=(',', ':'))}", f"global_batch_size={GBS}", "search=grid",
+        f"hydra.sweep.dir={sweep_dir}", f"global_batch_size={GBS}", "search=grid",
         "trial.warmup_steps=2", "trial.measure_steps=8", "trial.max_measure_steps=20", "search.drift_check=false", "max_in_flight=3",
-        *extra,
     ]
+
+
+def shipped_preset_args(cluster: Any, work: Path, name: str, script: str) -> list[str]:
+    """The shipped sweeps/NAME.yaml as a user copies it, with only its `train.py` swapped for `script` (the framework
+    tests' way: tests/test_frameworks_real.py), run as +sweep=NAME_nodes from work/conf."""
+    preset = yaml.safe_load((PRESETS / f"{name}.yaml").read_text())
+    argv = preset["workload"]["argv"]
+    preset["workload"]["argv"] = [a.replace(" train.py ", f" {script} ") if " train.py " in a else script if a == "train.py" else a for a in argv]
+    assert preset["workload"]["argv"] != argv, f"no train.py in the {name} preset's argv"
+    (work / "conf" / "sweep").mkdir(parents=True)
+    (work / "conf" / "sweep" / f"{name}_nodes.yaml").write_text("# @package _global_\n" + yaml.safe_dump(preset))
+    return [f"hydra.searchpath=[file://{work / 'conf'}]", f"+sweep={name}_nodes", *cluster_args(cluster, work / "s")]
 
 
 def rows(sweep_dir: Path) -> dict[int, dict[str, str]]:
@@ -199,3 +219,109 @@ def test_the_builtin_rnnt_over_two_nodes_names_the_rank_that_ran_out(slurm_nodes
     for task in range(4):
         log = (sweep_dir / ".submitit" / job / f"{job}_{task}_log.out").read_text()
         assert f"[rank {task}] result ok:" in log
+
+
+# -- every preset launch style over the two nodes, side by side ------------------------------------------------------
+
+HEAVY_MIB = 512  # each of node 1's ranks holds this much in the deepspeed trial at accum=1 (nodes_train.py heavy_node)
+
+
+_launch_styles: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}  # run once for the tests below (one xdist worker: group slurm)
+
+
+@pytest.fixture
+def launch_styles(slurm_nodes: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Three sweeps at once over the two nodes, 4 trials side by side (each node's CPUs fit one launcher of each), run
+    for the first test that asks (slurm_nodes, which skips or fails where the nodes cannot be had, is per test):
+    - deepspeed: the shipped deepspeed preset's line, its launcher starting nodes_train.py; accum=1 (node 1's ranks
+      heavier), and accum=4, whose ranks sleep 2 s a step (8 timed steps, where a pair with no rival stops, take 16 s: accum=1 is
+      measured long before): the decision stops it once accum=1 outranks it;
+    - lightning: the shipped lightning preset's overrides and env around a real LightningModule (nodes_lightning.py);
+    - too_many_ranks: the torchrun line with the issue's mistake, `--nproc_per_node={num_devices}`: 8 ranks for 4."""
+    if _launch_styles:
+        return _launch_styles
+    root = tmp_path_factory.mktemp("launch_styles")
+    works = {name: root / name for name in ("deepspeed", "lightning", "too_many_ranks")}
+    for work in works.values():
+        work.mkdir()
+    wrong = [a.replace("{nproc_per_node}", "{num_devices}") for a in preset_launch_line()]
+    assert "--nproc_per_node={num_devices}" in wrong
+    args = {
+        "deepspeed": [*shipped_preset_args(slurm_nodes, works["deepspeed"], "deepspeed",
+                                           f"{TRAIN} --behaviours=1:heavy_node,4:slow --slow_s=2.0 --heavy_mib={HEAVY_MIB}"), "accum=1,4"],
+        "lightning": [*shipped_preset_args(slurm_nodes, works["lightning"], "lightning", str(LIGHTNING_TRAIN)), "accum=1"],
+        "too_many_ranks": command_args(slurm_nodes, works["too_many_ranks"] / "s", "accum=1", launch=wrong),
+    }
+    with ThreadPoolExecutor(len(args)) as pool:
+        running = {name: pool.submit(run_sweep, argv, cwd=works[name], timeout=300) for name, argv in args.items()}
+        _launch_styles.update({name: (works[name] / "s", future.result()) for name, future in running.items()})
+    return _launch_styles
+
+
+def assert_one_world_over_both_nodes(cluster: Any, trial: Path, result: dict[str, Any]) -> None:
+    """Four ranks of one world, two on each node, measured from both: the figure is the ranks' own."""
+    ranks = ranks_own(trial)
+    assert sorted(ranks) == [0, 1, 2, 3] and {r["world"] for r in ranks.values()} == {4}, ranks
+    assert {(r["node"], r["host"]) for r in ranks.values()} == {(0, cluster.multi_nodes[0]), (1, cluster.multi_nodes[1])}
+    assert (result["status"], result["measured_by"], result["ranks_seen"], result["world_size"]) == ("ok", "probe", 4, 4), result
+    assert result["throughput"] == pytest.approx(own_figure(trial, result), rel=0.05)
+
+
+def test_the_deepspeed_preset_line_over_two_nodes_is_one_world_measured_and_sized_on_both(slurm_nodes: Any, launch_styles: Any) -> None:
+    """Each node's deepspeed launcher (--no_ssh, its node rank, node 0's host, the hostfile of both nodes) starts its two
+    ranks of one four-rank world; the record's memory is the larger node's (node 1's ranks hold HEAVY_MIB each)."""
+    sweep_dir, proc = launch_styles["deepspeed"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    trial = sweep_dir / "trials" / "accum1_split1"
+    result = json.loads((trial / "result.json").read_text())
+    assert_one_world_over_both_nodes(slurm_nodes, trial, result)
+    job = result["job_id"]
+    node1_job_log = (sweep_dir / ".submitit" / job / f"{job}_1_log.out").read_text()
+    assert f"--no_ssh --num_nodes=2 --node_rank=1 --num_gpus=2 --master_addr={slurm_nodes.multi_nodes[0]} " in node1_job_log
+    assert (trial / "hostfile-node1").read_text() == "node0 slots=2\nnode1 slots=2\n"
+    # Node 0's sampler sees node 0 only; node 1's reading came in its verdict, and the heavier node is the record's.
+    node1 = json.loads((trial / f"verdict-job{job}-node1.json").read_text())
+    assert node1["peak_mem_gib"] > 2 * HEAVY_MIB / 1024, node1
+    assert result["peak_mem_gib"] >= node1["peak_mem_gib"] and result["headroom"] <= node1["headroom"], (result, node1)
+
+
+def test_a_slower_two_node_pair_is_stopped_by_the_decision_on_both_nodes(slurm_nodes: Any, launch_styles: Any) -> None:
+    """accum=4 (2 s a step) cannot win once accum=1 has a figure: node 0 decided the stop for the decision's reason,
+    node 1 stopped its ranks on node 0's word (its verdict `stopped`, that reason), and no rank's broken connection
+    was filed."""
+    sweep_dir, proc = launch_styles["deepspeed"]
+    row = rows(sweep_dir)[4]
+    trial = sweep_dir / "trials" / "accum4_split1"
+    result = json.loads((trial / "result.json").read_text())
+    assert (row["status"], result["status"], result["error"]) == ("ok", "ok", ""), (row, proc.stdout[-3000:])
+    reason = result["stopped_early"]
+    assert reason.startswith(("outranked by accum1_split1", "cannot beat the leader accum1_split1")), result
+    job = result["job_id"]
+    stop = json.loads((trial / f"stop-job{job}.json").read_text())
+    verdict = json.loads((trial / f"verdict-job{job}-node1.json").read_text())
+    assert stop["reason"] == reason and (verdict["status"], verdict["error"]) == ("stopped", reason), (stop, verdict)
+    assert verdict["ended_at"] >= stop["at"]
+    for log in (trial / "command-1.log", Path(verdict["log"])):
+        assert "Connection closed by peer" not in log.read_text(), log
+
+
+def test_the_lightning_preset_style_over_two_nodes_is_one_world_from_lightnings_own_launcher(slurm_nodes: Any, launch_styles: Any) -> None:
+    """trainer.devices={nproc_per_node} trainer.num_nodes={nodes} and the preset's env: Lightning, kept off its Slurm
+    detection (SLURM_JOB_NAME), starts each node's two ranks itself from MASTER_ADDR and NODE_RANK."""
+    sweep_dir, proc = launch_styles["lightning"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    trial = sweep_dir / "trials" / "accum1_split1"
+    result = json.loads((trial / "result.json").read_text())
+    assert_one_world_over_both_nodes(slurm_nodes, trial, result)
+    node1_log = (trial / f"command-job{result['job_id']}-node1.log").read_text()
+    assert "Initializing distributed: GLOBAL_RANK: 2, MEMBER: 3/4" in node1_log and "does not match" not in node1_log
+
+
+def test_more_ranks_than_devices_over_two_nodes_is_rejected_never_ok(launch_styles: Any) -> None:
+    """`--nproc_per_node={num_devices}` beside `--nnodes={nodes}` starts 4 ranks on each node: 8 for machine.num_devices=4,
+    each step training twice the global batch."""
+    sweep_dir, proc = launch_styles["too_many_ranks"]
+    row = rows(sweep_dir)[1]
+    assert row["status"] == "rejected", (row, proc.stdout[-3000:])
+    assert "the ranks' world size was 8 where machine.num_devices=4: each step trained 2x the global batch" in row["reason"], row
+

@@ -7,10 +7,11 @@ decision's stop.json, the time limit, another node's failure) and writes its dec
 its own ranks; the other nodes' launchers obey it, and no node ends another's ranks first.
 
 Each node k > 0 writes its verdict: how its command ended, classified from its own log and its own probe
-records (an OOM with its module and message), and that log's path. Node 0 waits briefly for them and files
-the trial from the worst evidence over every node (merged): an OOM on any node is the trial's OOM, with that
-node's phase, module, message and log; a crash is the node's whose error started it, not the broken peer
-connections on the nodes it took down with it; the record's log is the one that holds that error.
+records (an OOM with its module and message), that log's path, and the memory its launcher saw on its node.
+Node 0 waits briefly for them and files the trial from the worst evidence over every node (merged): an OOM on
+any node is the trial's OOM, with that node's phase, module, message and log; a crash is the node's whose error
+started it, not the broken peer connections on the nodes it took down with it; the record's log is the one that
+holds that error; its memory is the largest peak and the smallest headroom of any node.
 
 Files, beside the attempt's logs in the trial dir (the tag is the job id, and Slurm's restart count once
 requeued, so a requeued job never reads the run before it):
@@ -59,6 +60,11 @@ class Verdict:
     oom_phase: str | None = None
     oom_module: str = ""
     saw_stop: bool = False  # node 0 had decided to stop before this command ended: what failed then followed it
+    # This node's memory as its own record has it (the sampled tree on CPU; on CUDA the probe's per-device peak):
+    # node 0 alone sees only its own node's processes and allocators.
+    peak_mem_gib: float | None = None
+    capacity_gib: float | None = None
+    headroom: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -159,29 +165,43 @@ class Team:
         elif result.status == Status.OK:
             status, error = OK, ""
         verdict = Verdict(node=self.node, host=result.host, status=status, error=error, log=result.log, ended_at=ended_at,
-                          oom_phase=str(result.oom_phase) if result.oom_phase else None, oom_module=result.oom_module, saw_stop=saw_stop)
+                          oom_phase=str(result.oom_phase) if result.oom_phase else None, oom_module=result.oom_module, saw_stop=saw_stop,
+                          peak_mem_gib=result.peak_mem_gib, capacity_gib=result.capacity_gib, headroom=result.headroom)
         atomic_write_text(self.verdict_path(self.node), json.dumps(asdict(verdict)) + "\n")
         return verdict
 
 
 def merged(own: TrialResult, verdicts: dict[int, Verdict], nodes: int, *, decided: bool, own_ended_at: float, for_peer: Verdict | None) -> TrialResult:
-    """Node 0's record of the trial from its own record and every other node's verdict: the worst evidence.
+    """Node 0's record of the trial from its own record and every other node's verdict: the worst evidence, and the
+    memory over every node.
 
     decided: node 0 stopped the trial itself (measured enough, racing, the time limit): what the other nodes'
     ranks did after that is its doing, an OOM aside. for_peer: the failed node node 0 stopped its own ranks for
     (its own record is then of that stop, not evidence)."""
+    others = [verdicts[k] for k in sorted(verdicts) if 0 < k < nodes]
+    filed = _worst_evidence(own, others, nodes, decided=decided, own_ended_at=own_ended_at, for_peer=for_peer)
+    return _memory_over_nodes(filed, own, others)
+
+
+def _worst_evidence(own: TrialResult, others: list[Verdict], nodes: int, *, decided: bool, own_ended_at: float,
+                    for_peer: Verdict | None) -> TrialResult:
     mine = [] if for_peer is not None else [Verdict(
         node=0, host=own.host, status=str(own.status), error=own.error, log=own.log, ended_at=own_ended_at,
         oom_phase=str(own.oom_phase) if own.oom_phase else None, oom_module=own.oom_module,
     )]
-    everyone = mine + [verdicts[k] for k in sorted(verdicts) if 0 < k < nodes]
+    everyone = mine + others
     ooms = [v for v in everyone if v.status == OOM]
     if ooms:
         return _filed_as(own, min(ooms, key=lambda v: v.ended_at))
-    if decided:
-        return own
     failures = [v for v in everyone if v.failed and not v.saw_stop]
-    if own.status == OK and for_peer is None:
+    if decided:
+        # Node 0 stopped the trial itself: node 0's own end (a time limit, its stopped ranks) and the broken connections
+        # that stop caused are its doing. Another node's own failure, ended before it saw the decision, is not: a crash
+        # node 0 had not read yet when it decided (it looks every PEER_READ_EVERY_S) is still the trial's crash.
+        failures = [v for v in failures if v.node != 0 and not v.follows_a_peer]
+        if not failures:
+            return own
+    elif own.status == OK and for_peer is None:
         # Node 0's command finished its run: a node whose ranks only lost their peers lost them to that end.
         failures = [v for v in failures if not v.follows_a_peer]
     if not failures:
@@ -189,10 +209,23 @@ def merged(own: TrialResult, verdicts: dict[int, Verdict], nodes: int, *, decide
     # The error that started it: one that does not follow a peer's end, the earliest of those.
     first = min(failures, key=lambda v: (v.follows_a_peer, v.ended_at))
     result = _filed_as(own, first)
-    missing = [str(k) for k in range(1, nodes) if k not in verdicts]
+    missing = [str(k) for k in range(1, nodes) if k not in {v.node for v in others}]
     if missing and result.status != OK:
         result.error += f" (no verdict came from node(s) {', '.join(missing)} within {VERDICT_WAIT_S:g} s)"
     return result
+
+
+def _memory_over_nodes(filed: TrialResult, own: TrialResult, others: list[Verdict]) -> TrialResult:
+    """The record's memory over every node: the largest peak any node saw, and the smallest headroom with the
+    capacity it was held to (the tightest node decides whether the pair is tight). Node 0's own reading counts
+    whichever node the record is filed from."""
+    readings = [(own.peak_mem_gib, own.capacity_gib, own.headroom)] + [(v.peak_mem_gib, v.capacity_gib, v.headroom) for v in others]
+    peaks = [peak for peak, _, _ in readings if peak is not None]
+    if not peaks:
+        return filed
+    tightest = min((r for r in readings if r[2] is not None), key=lambda r: r[2], default=None)
+    capacity, headroom = (tightest[1], tightest[2]) if tightest is not None else (filed.capacity_gib, filed.headroom)
+    return replace(filed, peak_mem_gib=max(peaks), capacity_gib=capacity, headroom=headroom)
 
 
 def _filed_as(own: TrialResult, v: Verdict) -> TrialResult:

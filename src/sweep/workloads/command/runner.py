@@ -26,7 +26,7 @@ from sweep.launch.memory import TreeMemorySampler, is_tight
 from sweep.launch.tree import PROCESSES_FILE, TreeTracker, become_subreaper, end_processes
 from sweep.records import write_result
 from sweep.workloads.command.follow import Enough, Obey, follow, live_throughput, measured_step_times, timed_so_far  # noqa: F401 (live_throughput: re-exported)
-from sweep.workloads.command.launching import attempt_log, command_env, launch_values
+from sweep.workloads.command.launching import attempt_log, command_env, launch_values, nproc_per_node
 from sweep.workloads.command.launching import job_id as _job_id
 from sweep.workloads.command.nodes import BACKSTOP_S, Team, attempt_tag, describe, first_cause, merged
 from sweep.workloads.command.template import PLACEHOLDERS, check_template, fill, missing_paths, template_fields  # noqa: F401 (re-exported)
@@ -90,7 +90,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         tracker.poll()
         tail = LogTail(log_path)
-        sampler = _memory_sampler(proc.pid, spec).start()
+        sampler = _memory_sampler(proc.pid, spec, nodes).start()
         try:
             measurements, timed_out, stopped_early = follow(proc, tail, parser, trial_dir, enough, limit, t0, live_rate,
                                                              functools.partial(_stop_trial, proc, tracker, team))
@@ -262,11 +262,14 @@ def _peak_fraction(memory: Any) -> float | None:
     return float(memory.peak_gib) / capacity if capacity else None
 
 
-def _memory_sampler(pid: int, spec: TrialSpec) -> TreeMemorySampler:
+def _memory_sampler(pid: int, spec: TrialSpec, nodes: int) -> TreeMemorySampler:
     """GPU profile: NVML, else the emulated cards. CPU profile: resident memory against the host's, even
-    on a host with GPUs, since nothing holds a user's command to machine.memory_gib there."""
+    on a host with GPUs, since nothing holds a user's command to machine.memory_gib there.
+
+    It sees this node's processes only, so on CUDA it is held to this node's devices (node 0 takes the tightest
+    node's reading: nodes.merged)."""
     if spec.machine.device == "cuda":
-        return TreeMemorySampler(pid, capacity_gib=float(spec.machine.memory_gib) * spec.num_devices)
+        return TreeMemorySampler(pid, capacity_gib=float(spec.machine.memory_gib) * nproc_per_node(spec.num_devices, nodes))
     return TreeMemorySampler(pid, capacity_gib=None, nvml_factory=lambda: None)
 
 
