@@ -6,6 +6,11 @@ leader and the runner-up briefly (orchestration/retime.py); each pair then has t
 trial processes, which is what core/run_to_run.py estimates the noise from. When that estimate is
 above the assumed noise beyond chance (a one-sided chi-square test at 5% on its degrees of freedom:
 two or three re-timed figures say little), the sweep is scored with the noise it saw, and says so.
+
+Either way the re-timings are evidence about the pairs the answer turns on: each re-timed pair then has two
+figures from two processes, and the answer and its score rest on both (pooled: their geometric mean). On a busy
+host the leader and the runner-up of one sweep's first figures swapped places in the re-timing as often as not;
+the first figures alone gave one sweep accum=8 split=1 at 95 while the next gave accum=4 split=2 at 99.
 What it saw rests on a couple of degrees of freedom, so it is scored with the upper end of that
 estimate's one-sided 80% interval, not its point value: two pairs that both slowed by about as much
 give a small estimate on a host that is anything but quiet (the noisy-host bench: 3.8% seen, 99/100
@@ -15,11 +20,13 @@ on a wrong answer, when scored with the point value).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from sweep.core.ranking import ranked_ok
 from sweep.core.run_to_run import Repeat, estimate_run_to_run
+from sweep.core.schema import TrialResult
 from sweep.core.stats import special
 
 
@@ -104,3 +111,39 @@ def drift(retimed: Sequence[Retimed], assumed: float) -> Drift | None:
     # dof * seen^2 / assumed^2 ~ chi-square(dof) when the noise is as assumed (own errors aside: they err toward more noise).
     threshold = assumed**2 * chi2_quantile(1.0 - SIGNIFICANCE, est.dof) / est.dof
     return Drift(usable, assumed, est.noise, est.dof, bool(est.noise**2 > threshold))
+
+
+def _geometric_mean(a: float | None, b: float | None) -> float | None:
+    return math.sqrt(a * b) if a and b and a > 0 and b > 0 else None
+
+
+def pooled(results: Mapping[str, TrialResult], drift: Drift | None) -> dict[str, TrialResult]:
+    """The records the answer and its score rest on: each re-timed pair's figure and interval the geometric mean of
+    its two timings (the sweep's and the re-timing's, two processes); every other record as it is. trials.csv keeps
+    each trial's own figure: this is what the recommendation weighs, not what a trial measured."""
+    out = dict(results)
+    if drift is None:
+        return out
+    by_pair = {(r.accum, r.split): key for key, r in results.items()}
+    for again in drift.retimed:
+        key = by_pair.get((again.accum, again.split))
+        if key is None:
+            continue
+        first = results[key]
+        both = _geometric_mean(again.first.throughput, again.again.throughput)
+        if both is None:
+            continue
+        out[key] = replace(first, throughput=both, throughput_low=_geometric_mean(again.first.low, again.again.low) or first.throughput_low,
+                           throughput_high=_geometric_mean(again.first.high, again.again.high) or first.throughput_high)
+    return out
+
+
+def pooled_note(results: Mapping[str, TrialResult], basis: Mapping[str, TrialResult], recommended: str, unit: str) -> str | None:
+    """One line where the answer on both timings is not the pair the sweep's first figures rank first; None where it is."""
+    first = ranked_ok(results)
+    if not first or first[0].key == recommended or recommended not in basis:
+        return None
+    lead, rival = basis[recommended], basis[first[0].key]
+    return (f"accum={lead.accum} split={lead.split} leads on both timings of each pair, the sweep's and the drift check's "
+            f"({lead.throughput:.1f} against accum={rival.accum} split={rival.split}'s {rival.throughput:.1f} {unit}); "
+            f"the table ranks by the sweep's own figures")

@@ -331,4 +331,5 @@ def recommendation_line(rec: Mapping[str, Any] | None) -> str:
         line = f"recommended {rec['flags']} (accum={rec['accum']}): {speed}{conf}"
     else:
         line = f"recommended accum={rec['accum']} split={rec['split']}: {speed}{conf}"
-    return line + (f"\n{rec['memory_note']}" if rec.get("memory_note") else "")
+    notes = [rec[name] for name in ("memory_note", "drift_note") if rec.get(name)]
+    return "\n".join([line, *notes])

@@ -321,15 +321,18 @@ class Orchestrator:
 
     def _recommendation(self) -> dict[str, Any] | None:
         from sweep.core.confidence import confidence_score
+        from sweep.core.drift import pooled, pooled_note
 
-        # The noise the drift check saw, where it exceeded the machine's assumed one (core/drift.py).
+        # The noise the drift check saw, where it exceeded the machine's assumed one, and each re-timed pair on both
+        # its timings (core/drift.py): the answer and its score rest on every figure the sweep has of a pair.
         noise = self.drift.noise if self.drift is not None else run_to_run_noise(self.plan.machine)
-        conf = confidence_score(
-            self.plan.candidates, confidence_view(self.results), predicted_oom=self.predictions.p_exceeds, run_to_run=noise
-        )
-        rec = recommendation(self.plan.meta, self.results, conf, self.plan.trial.memory_margin, noise)
+        basis = pooled(self.results, self.drift)
+        conf = confidence_score(self.plan.candidates, confidence_view(basis), predicted_oom=self.predictions.p_exceeds, run_to_run=noise)
+        rec = recommendation(self.plan.meta, basis, conf, self.plan.trial.memory_margin, noise)
         if rec is not None and self.drift is not None:
             rec["drift"] = self.drift.record()
+            key = next(k for k, r in basis.items() if (r.accum, r.split) == (rec["accum"], rec["split"]))
+            rec["drift_note"] = pooled_note(self.results, basis, key, self.plan.meta.throughput_unit or "samples/s")
         return rec
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
