@@ -327,6 +327,7 @@ def main() -> int:
     ap.add_argument("--noisy-sweeps", type=int, default=5, help="sweeps of the noisy-host case (0 skips it)")
     ap.add_argument("--only", nargs="+", metavar="GROUP", help="run only these groups: kills faults other launches interrupts reruns evidence validity noisy bad_inputs")
     args = ap.parse_args()
+    F.foreground_sigint()  # its Ctrl-C cases (interrupts, the drift check, a second orchestrator) send SIGINT
     t = Tally()
     t0 = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="bench_reliability_"))

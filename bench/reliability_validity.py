@@ -346,6 +346,9 @@ def run_validity(root: Path) -> EvidenceTally:
 
 
 if __name__ == "__main__":
+    from faultlib import foreground_sigint
+
+    foreground_sigint()  # ctrl_c_in_the_drift_check sends SIGINT to the sweeps it starts
     tally = run_validity(Path(tempfile.mkdtemp(prefix="validity_")))
     print(f"validity: {len(CASES)} cases, {len(tally.problems)} not as promised, {tally.wrong_confident} wrong answers given with confidence")
     sys.exit(1 if tally.problems or tally.wrong_confident else 0)

@@ -73,6 +73,15 @@ def sweep_env(ledger: Path | None = None, **extra: str) -> dict[str, str]:
     return env
 
 
+def foreground_sigint() -> None:
+    """Give the sweeps a bench starts the SIGINT a terminal's foreground job has, however the bench was started (as
+    tests/conftest.py does for pytest): started as a script's background job (`nohup python bench/... &`), it
+    inherits SIGINT ignored, which passes through exec, and every sweep it Ctrl-Cs would then keep ignoring it, as
+    sweep must. A Python handler here is SIG_DFL in an exec'd child."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def start(sweep_dir: Path, args: list[str], env: dict[str, str], cwd: Path, fresh: bool = False) -> subprocess.Popen | ForkedRun:
     """The sweep in the background; its stdout/stderr go to files (read them with output()).
 
@@ -384,7 +393,11 @@ def second_orchestrator(root: Path) -> dict:
         finally:
             os.kill(a.pid, signal.SIGCONT)
         a.send_signal(signal.SIGINT)  # Ctrl-C: A cancels its trials and says how to resume
-        a.wait(timeout=60)
+        try:
+            a.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            out, err = output(a)
+            raise AssertionError(f"sweep A still running 60 s after Ctrl-C:\n{out[-3000:]}\n{err[-3000:]}") from None
         a_out, a_err = output(a)
     finally:
         if a.poll() is None:

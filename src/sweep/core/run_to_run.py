@@ -17,6 +17,8 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from sweep.core.stats import interval_se
 
 
@@ -58,3 +60,21 @@ def estimate_run_to_run(repeats_by_pair: Mapping[Hashable, Sequence[Repeat]]) ->
         return None
     spread_sq = between / dof
     return RunToRun(math.sqrt(max(0.0, spread_sq - own / dof)), math.sqrt(spread_sq), pairs, repeats, dof)
+
+
+# The most run-to-run noise a host has shown here (docs/search.md: 0.243 between processes on the busy 2-core box).
+BUSY_HOST_NOISE = 0.25
+# Runnable tasks per CPU (orchestration/host_load.py: /proc/loadavg's running count, over the CPUs the sweep may use),
+# as a median over the sweep's polls while trials ran, above which a CPU host was oversubscribed: its trials took
+# turns with other work, and their figures moved by up to BUSY_HOST_NOISE between processes. On this 2-core box the
+# default sweep's polls had a median of 0.5 a CPU when quiet (its trial), 1.5 beside two busy loops.
+BUSY_LOAD_PER_CPU = 1.25
+
+
+def busy_load(loads: Sequence[float], cpus: int) -> float | None:
+    """The median load per CPU while trials ran, where it says the host was oversubscribed (above
+    BUSY_LOAD_PER_CPU); None where it was not, or where nothing was sampled."""
+    if not loads or cpus < 1:
+        return None
+    per_cpu = float(np.median(loads)) / cpus
+    return per_cpu if per_cpu > BUSY_LOAD_PER_CPU else None

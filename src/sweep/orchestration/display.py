@@ -191,6 +191,8 @@ def summary_lines(results: dict[str, TrialResult], rec: Mapping[str, Any] | None
         lines += [f"flags: {rec['flags']}"] if rec is not None else []
     if drift is not None:
         lines.append(drift.line())
+    if answer and rec is not None and rec.get("busy_host_note"):  # once, under the answer it qualifies
+        lines.append(rec["busy_host_note"])
     return lines + (scaling_lines(results) if scaling else [])
 
 

@@ -25,6 +25,7 @@ import yaml
 from sweep import workloads
 from sweep.core.config import run_to_run_noise
 from sweep.core.ranking import build_table, confidence_view, recommendation, recommendation_line, table_csv
+from sweep.core.run_to_run import BUSY_HOST_NOISE
 from sweep.core.schema import Status, TrialResult, trial_dir
 from sweep.core.space import Candidate
 from sweep.core.spec import TrialSpec
@@ -33,6 +34,7 @@ from sweep.errors import SweepError
 from sweep.launch import backend as backends
 from sweep.launch.ended import ended_job_result, forget_ended
 from sweep.orchestration.display import Display, landed_line, summary_lines
+from sweep.orchestration.host_load import HostLoad, busy_host_note
 from sweep.orchestration.plan import META_FILE, SweepPlan, sweep_record
 from sweep.orchestration.preflight import local_cuda_devices
 from sweep.orchestration.racing import Predictions, Racing, plan_stop_steps
@@ -83,6 +85,7 @@ class Orchestrator:
         self.drift: Any = None  # core/drift.Drift once the end-of-sweep re-timing has run
         self.retimings: dict[str, Any] = {}  # the drift check's running re-timing jobs, by pair (orchestration/retime.py)
         self.drift_left: list[TrialResult] | None = None  # the pairs the drift check under way has still to re-time
+        self.host_load = HostLoad(plan.sweep_dir)  # sampled while trials run: an oversubscribed CPU host scores noisier
         self.reused = 0  # finished trials found on start
         self.executor: Any = None
         self.pool: Any = None  # launch/warm_pool.WarmPool where plan.warm_workers and the launcher is local
@@ -199,6 +202,8 @@ class Orchestrator:
                 if not run_in_full(self):
                     return
             self._stop_if_signalled()
+            if self.in_flight:
+                self.host_load.sample()
             time.sleep(self.poll_interval_s)
 
     def _stop_if_signalled(self) -> None:
@@ -326,6 +331,8 @@ class Orchestrator:
         # The noise the drift check saw, where it exceeded the machine's assumed one, and each re-timed pair on both
         # its timings (core/drift.py): the answer and its score rest on every figure the sweep has of a pair.
         noise = self.drift.noise if self.drift is not None else run_to_run_noise(self.plan.machine)
+        busy = busy_host_note(self.plan.machine, self.host_load, noise)
+        noise = max(noise, BUSY_HOST_NOISE) if busy else noise
         basis = pooled(self.results, self.drift)
         conf = confidence_score(self.plan.candidates, confidence_view(basis), predicted_oom=self.predictions.p_exceeds, run_to_run=noise)
         rec = recommendation(self.plan.meta, basis, conf, self.plan.trial.memory_margin, noise)
@@ -333,6 +340,9 @@ class Orchestrator:
             rec["drift"] = self.drift.record()
             key = next(k for k, r in basis.items() if (r.accum, r.split) == (rec["accum"], rec["split"]))
             rec["drift_note"] = pooled_note(self.results, basis, key, self.plan.meta.throughput_unit or "samples/s")
+        if rec is not None and busy:
+            rec["busy_host_note"] = busy
+        self.host_load.save()
         return rec
 
     def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

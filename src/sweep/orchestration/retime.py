@@ -22,7 +22,9 @@ from sweep.core.confidence import leader_probability
 from sweep.core.drift import Drift, Retimed, drift
 from sweep.core.growth import at_risk
 from sweep.core.ranking import ranked_ok
-from sweep.core.run_to_run import Repeat
+# BUSY_HOST_NOISE: where the leader stays the leader with 95% probability even at the busiest host's noise, no drift
+# could change the answer, and nothing is re-timed (a leader twice as fast as the runner-up needs no second look).
+from sweep.core.run_to_run import BUSY_HOST_NOISE, Repeat
 from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, trial_dir
 from sweep.launch import backend as backends
 from sweep.orchestration.stopping import Interrupted
@@ -31,10 +33,6 @@ from sweep.records import check_record_place, read_trial_record
 
 RETIME_DIR = "retime"  # beside trials/: re-timings are not trials of the sweep's search
 PAIRS = 2  # the leader and the runner-up: the pairs the answer turns on
-# The most run-to-run noise a host has shown here (docs/search.md: 0.243 on the busy 2-core box). Where the
-# leader stays the leader with 95% probability even at this noise, no drift could change the answer, and
-# nothing is re-timed (a leader twice as fast as the runner-up needs no second look).
-BUSY_HOST_NOISE = 0.25
 
 
 def retime_dir(sweep_dir: Path, key: str) -> Path:
