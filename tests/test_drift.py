@@ -4,6 +4,7 @@ run-to-run noise allows make the sweep score with the noise seen; moves within i
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from sweep_run import sweep_process
@@ -93,6 +94,9 @@ def test_the_answer_and_its_score_rest_on_both_timings_of_each_re_timed_pair() -
     assert ranked_ok(pooled(results, agreeing))[0].key == "accum8_split1"
     assert confidence_score(cands, pooled(results, agreeing), run_to_run=agreeing.noise) >= 90
     assert pooled_note(results, pooled(results, agreeing), "accum8_split1", "samples/s") is None
+    # A faster pair passed over for its memory (tight) is not the first figures' answer: no note where both agree.
+    tight = {**results, "accum2_split1": replace(ok(2, 1, 1500.0), tight=True)}
+    assert pooled_note(tight, pooled(tight, agreeing), "accum8_split1", "samples/s") is None
 
 
 def ok_result(accum: int, split: int, tp: float) -> TrialResult:

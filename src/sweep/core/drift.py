@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sweep.core.ranking import ranked_ok
+from sweep.core.ranking import ranked_ok, recommendable
 from sweep.core.run_to_run import Repeat, estimate_run_to_run
 from sweep.core.schema import TrialResult
 from sweep.core.stats import special
@@ -139,8 +139,9 @@ def pooled(results: Mapping[str, TrialResult], drift: Drift | None) -> dict[str,
 
 
 def pooled_note(results: Mapping[str, TrialResult], basis: Mapping[str, TrialResult], recommended: str, unit: str) -> str | None:
-    """One line where the answer on both timings is not the pair the sweep's first figures rank first; None where it is."""
-    first = ranked_ok(results)
+    """One line where the answer on both timings is not the pair the sweep's first figures would recommend (the
+    fastest roomy one); None where it is."""
+    first = recommendable(ranked_ok(results))
     if not first or first[0].key == recommended or recommended not in basis:
         return None
     lead, rival = basis[recommended], basis[first[0].key]
