@@ -429,11 +429,11 @@ def small_filesystem(path: Path, size: str) -> Iterator[Path]:
 
 def fill(path: Path) -> Path:
     filler = path / "filler"
-    with open(filler, "wb") as f:
+    # Unbuffered: a buffered file keeps the part of a write the full disk refused, and its close() raises again.
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     # Whatever little is left (less than a block): gone too.

@@ -89,7 +89,10 @@ def own_figure(trial: Path, result: dict[str, Any]) -> float:
     slowest rank, over the steps the record timed."""
     ranks = ranks_own(trial)
     first, n = result["warmup_steps"], result["steps_measured"]
-    slowest = [max(r["steps"][i] for r in ranks.values()) for i in range(first, first + n)]
+    # A rank writes its file just after the step the probe recorded: stopped in between, its file is a step short.
+    written = min(len(r["steps"]) for r in ranks.values())
+    assert written >= first + n - 1, (written, first, n)
+    slowest = [max(r["steps"][i] for r in ranks.values()) for i in range(first, min(first + n, written))]
     return GBS / statistics.median(slowest)
 
 

@@ -62,7 +62,8 @@ class UpdateCounting:
                     continue
                 seen.add(id(node))
                 variable = getattr(node, "variable", None)
-                if variable is not None and variable.numel() > 0:
+                # A plain tensor only: reading a DTensor (FSDP2) or another subclass's values may run collectives.
+                if variable is not None and type(variable.detach()) is self.torch.Tensor and variable.numel() > 0:
                     self.watched, self.watched_before = weakref.ref(variable), None
                     return
                 queue.extend(next_node for next_node, _ in node.next_functions)
