@@ -7,14 +7,15 @@ trial processes, which is what core/run_to_run.py estimates the noise from. When
 above the assumed noise beyond chance (a one-sided chi-square test at 5% on its degrees of freedom:
 two or three re-timed figures say little), the sweep is scored with the noise it saw, and says so.
 
-Either way the re-timings are evidence about the pairs the answer turns on: each re-timed pair then has two
-figures from two processes, and the answer and its score rest on both (pooled: their geometric mean). On a busy
-host the leader and the runner-up of one sweep's first figures swapped places in the re-timing as often as not;
-the first figures alone gave one sweep accum=8 split=1 at 95 while the next gave accum=4 split=2 at 99.
 What it saw rests on a couple of degrees of freedom, so it is scored with the upper end of that
 estimate's one-sided 80% interval, not its point value: two pairs that both slowed by about as much
 give a small estimate on a host that is anything but quiet (the noisy-host bench: 3.8% seen, 99/100
 on a wrong answer, when scored with the point value).
+
+Either way the re-timings are evidence about the pairs the answer turns on: each re-timed pair then has two
+figures from two processes, and the answer and its score rest on both (pooled: their geometric mean). On a busy
+host the leader and the runner-up of one sweep's first figures swapped places in the re-timing as often as not;
+the first figures alone gave one sweep accum=8 split=1 at 95 while the next gave accum=4 split=2 at 99.
 """
 
 from __future__ import annotations

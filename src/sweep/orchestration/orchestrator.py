@@ -331,7 +331,8 @@ class Orchestrator:
         # The noise the drift check saw, where it exceeded the machine's assumed one, and each re-timed pair on both
         # its timings (core/drift.py): the answer and its score rest on every figure the sweep has of a pair.
         noise = self.drift.noise if self.drift is not None else run_to_run_noise(self.plan.machine)
-        busy = busy_host_note(self.plan.machine, self.host_load, noise)
+        # Local trials only: on a cluster they share their nodes' CPUs, not this host's.
+        busy = busy_host_note(self.plan.machine, self.host_load, noise) if self.cluster == "local" else ""
         noise = max(noise, BUSY_HOST_NOISE) if busy else noise
         basis = pooled(self.results, self.drift)
         conf = confidence_score(self.plan.candidates, confidence_view(basis), predicted_oom=self.predictions.p_exceeds, run_to_run=noise)
