@@ -63,6 +63,7 @@ def test_the_deepspeed_preset_starts_one_world_over_every_node_without_ssh():
     """deepspeed alone (no hostfile, no --no_ssh) runs one node with master 127.0.0.1 and refuses --num_nodes>1: each node
     formed a world of its own. The preset's line is DeepSpeed's launch without ssh: node rank, node 0's host, a hostfile
     naming every node, and its per-trial files in the trial's dir under this node's name (the nodes share that dir)."""
+    pytest.importorskip("deepspeed", reason="the framework extras (pip install -e .[frameworks]) install DeepSpeed")
     line = yaml.safe_load((PRESETS / "deepspeed.yaml").read_text())["workload"]["argv"][2]
     for flag in ("--no_ssh", "--num_nodes={nodes}", "--node_rank={node_rank}", "--master_addr={master_addr}", "--master_port={master_port}",
                  '--hostfile="$SWEEP_TRIAL_DIR/hostfile-node{node_rank}"', '--deepspeed_config "$SWEEP_TRIAL_DIR/ds_config-node{node_rank}.json"'):
@@ -80,6 +81,7 @@ def test_the_lightning_presets_opt_out_of_lightnings_slurm_detection(monkeypatch
     """On Slurm a command trial is one task per node: Lightning, seeing SLURM_NTASKS, takes Slurm's layout (a task a rank)
     and refuses trainer.devices=2. A job named 'interactive' is its documented opt-out; the presets' env sets it, and
     Lightning's own launcher then starts the node's ranks from MASTER_ADDR, MASTER_PORT and NODE_RANK."""
+    pytest.importorskip("lightning", reason="the framework extras (pip install -e .[frameworks]) install Lightning")
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     monkeypatch.setenv("SLURM_NTASKS", "2")
