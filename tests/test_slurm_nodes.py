@@ -279,15 +279,22 @@ def assert_one_world_over_both_nodes(cluster: Any, trial: Path, result: dict[str
     assert result["throughput"] == pytest.approx(own_figure(trial, result), rel=0.05)
 
 
-def test_the_deepspeed_preset_line_over_two_nodes_is_one_world_measured_and_sized_on_both(slurm_nodes: Any, launch_styles: Any) -> None:
-    """Each node's deepspeed launcher (--no_ssh, its node rank, node 0's host, the hostfile of both nodes) starts its two
-    ranks of one four-rank world; the record's memory is the larger node's (node 1's ranks hold HEAVY_MIB each)."""
-    framework("deepspeed")
-    sweep_dir, proc = launch_styles["deepspeed"]
+def one_world_trial(cluster: Any, launch_styles: Any, style: str) -> tuple[Path, Path, dict[str, Any]]:
+    """The launch style's accum=1 trial, skipped where its framework is not installed: its sweep dir, trial dir and
+    record, once the sweep ran ok and the trial was one world of four over both nodes."""
+    framework(style)
+    sweep_dir, proc = launch_styles[style]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     trial = sweep_dir / "trials" / "accum1_split1"
     result = json.loads((trial / "result.json").read_text())
-    assert_one_world_over_both_nodes(slurm_nodes, trial, result)
+    assert_one_world_over_both_nodes(cluster, trial, result)
+    return sweep_dir, trial, result
+
+
+def test_the_deepspeed_preset_line_over_two_nodes_is_one_world_measured_and_sized_on_both(slurm_nodes: Any, launch_styles: Any) -> None:
+    """Each node's deepspeed launcher (--no_ssh, its node rank, node 0's host, the hostfile of both nodes) starts its two
+    ranks of one four-rank world; the record's memory is the larger node's (node 1's ranks hold HEAVY_MIB each)."""
+    sweep_dir, trial, result = one_world_trial(slurm_nodes, launch_styles, "deepspeed")
     job = result["job_id"]
     node1_job_log = (sweep_dir / ".submitit" / job / f"{job}_1_log.out").read_text()
     assert f"--no_ssh --num_nodes=2 --node_rank=1 --num_gpus=2 --master_addr={slurm_nodes.multi_nodes[0]} " in node1_job_log
@@ -322,12 +329,7 @@ def test_a_slower_two_node_pair_is_stopped_by_the_decision_on_both_nodes(slurm_n
 def test_the_lightning_preset_style_over_two_nodes_is_one_world_from_lightnings_own_launcher(slurm_nodes: Any, launch_styles: Any) -> None:
     """trainer.devices={nproc_per_node} trainer.num_nodes={nodes} and the preset's env: Lightning, kept off its Slurm
     detection (SLURM_JOB_NAME), starts each node's two ranks itself from MASTER_ADDR and NODE_RANK."""
-    framework("lightning")
-    sweep_dir, proc = launch_styles["lightning"]
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    trial = sweep_dir / "trials" / "accum1_split1"
-    result = json.loads((trial / "result.json").read_text())
-    assert_one_world_over_both_nodes(slurm_nodes, trial, result)
+    sweep_dir, trial, result = one_world_trial(slurm_nodes, launch_styles, "lightning")
     node1_log = (trial / f"command-job{result['job_id']}-node1.log").read_text()
     assert "Initializing distributed: GLOBAL_RANK: 2, MEMBER: 3/4" in node1_log and "does not match" not in node1_log
 
