@@ -22,8 +22,6 @@ from sweep.core.confidence import leader_probability
 from sweep.core.drift import Drift, Retimed, drift
 from sweep.core.growth import at_risk
 from sweep.core.ranking import ranked_ok
-# BUSY_HOST_NOISE: where the leader stays the leader with 95% probability even at the busiest host's noise, no drift
-# could change the answer, and nothing is re-timed (a leader twice as fast as the runner-up needs no second look).
 from sweep.core.run_to_run import BUSY_HOST_NOISE, Repeat
 from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, trial_dir
 from sweep.launch import backend as backends
@@ -47,6 +45,8 @@ def pairs_to_retime(results: dict[str, TrialResult]) -> list[TrialResult]:
     if len(roomy) < 2:
         return []
     contest = {r.key: r for r in roomy[:PAIRS]}
+    # Where the leader stays the leader with 95% probability even at the busiest host's noise, no drift could change
+    # the answer, and nothing is re-timed (a leader twice as fast as the runner-up needs no second look).
     sure = leader_probability(contest, BUSY_HOST_NOISE)
     return roomy[:PAIRS] if sure is not None and sure < 0.95 else []
 
