@@ -189,9 +189,11 @@ def warm_worker_killed_after_an_oom(root: Path):
     killed = rows.get((4, 2), {})
     rec_path = sweep_dir / "recommendation.yaml"
     rec = (yaml.safe_load(rec_path.read_text()) or {}) if rec_path.exists() else {}
-    wrong = killed.get("status") == "oom" or (rec.get("accum"), rec.get("split")) == (4, 2)
+    # accum=4 split=2 is the demo's answer when it runs (README): with it killed unmeasured, any other pair recommended
+    # at 80 or more is an answer the kill made, as is a killed pair recommended or filed as an OOM.
+    wrong = killed.get("status") == "oom" or (rec.get("accum"), rec.get("split")) == (4, 2) or _wrong(rec, (4, 2))
     line = next((x.split("] ", 1)[-1] for x in (root / "out.txt").read_text().splitlines() if "accum=4 split=2: failed" in x), "")
-    return killed.get("status") == "failed" and "no sign of running out of memory" in killed.get("reason", ""), line[:230], wrong
+    return killed.get("status") == "failed" and "no sign of running out of memory" in killed.get("reason", ""), f"{line[:200]}; {_answer(rec)}", wrong
 
 
 def ctrl_c_in_the_drift_check(root: Path):

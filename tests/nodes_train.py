@@ -7,7 +7,8 @@ GROUP_RANK, the deepspeed launcher's CROSS_RANK), world size and the end time of
 can set the trial's figure beside the ranks' own timings. Each micro-batch sleeps --micro_s, so accum=4 is slower
 than accum=1 by design.
 
---behaviours=ACCUM:WHAT[@RANK],... picks what a trial with that accum does on rank RANK (default 3; the others train on):
+--behaviours=KEY:WHAT[@RANK],... picks what a trial does on rank RANK (default 3; the others train on); KEY is the trial's
+ACCUM, or ACCUM/SPLIT (with --split) for one pair of that accum:
   oom        the joint asks the CPU allocator for 16 TiB at step --at (a real out-of-memory error, in `joint`)
   crash      RuntimeError("bad shard 7") at step --at
   slow_node  no gradient all-reduce (each rank steps alone) and node 1's ranks sleep --slow_s a step: only ranks
@@ -15,6 +16,7 @@ than accum=1 by design.
              as the slowest's); a barrier at the end
   slow       every rank sleeps --slow_s a step (DDP kept): a pair the decision stops for being slower
   heavy_node node 1's ranks each hold --heavy_mib MiB, touched, from the start: the trial's memory is node 1's
+  stall      every rank sleeps --stall_s before its first step: a trial with no step to judge, which only the time limit ends
 """
 
 import argparse
@@ -28,6 +30,7 @@ import torch.distributed as dist
 
 p = argparse.ArgumentParser()
 p.add_argument("--accum", type=int)
+p.add_argument("--split", type=int, default=1, help="only picks the behaviour (ACCUM/SPLIT): a pair the sweep tells apart")
 p.add_argument("--gbs", type=int)
 p.add_argument("--local_rank", type=int, default=0, help="passed by the deepspeed launcher")
 p.add_argument("--deepspeed", action="store_true", help="passed by the deepspeed preset's line")
@@ -38,12 +41,14 @@ p.add_argument("--at", type=int, default=4)
 p.add_argument("--micro_s", type=float, default=0.01)
 p.add_argument("--slow_s", type=float, default=0.12)
 p.add_argument("--heavy_mib", type=int, default=512)
+p.add_argument("--stall_s", type=float, default=600.0)
 a = p.parse_args()
 if a.deepspeed_config:
     with open(a.deepspeed_config) as f:
         config = json.load(f)
     a.gbs, a.accum = config["train_batch_size"], config["gradient_accumulation_steps"]
-what, _, on = (dict(b.split(":") for b in a.behaviours.split(",") if b).get(str(a.accum), "") + "@").partition("@")
+behaviours = dict(b.split(":") for b in a.behaviours.split(",") if b)
+what, _, on = (behaviours.get(f"{a.accum}/{a.split}", behaviours.get(str(a.accum), "")) + "@").partition("@")
 on_rank = int(on.rstrip("@") or 3)
 
 dist.init_process_group("gloo")
@@ -81,6 +86,8 @@ net = Net()
 model = net if what == "slow_node" else torch.nn.parallel.DistributedDataParallel(net)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 per_rank = max(1, a.gbs // (world * a.accum))
+if what == "stall":
+    time.sleep(a.stall_s)
 ends = [time.time()]
 record = os.path.join(os.environ["SWEEP_TRIAL_DIR"], f"rank{rank}.json")
 for step in range(a.steps):

@@ -54,9 +54,52 @@ def test_no_shipped_preset_starts_every_nodes_ranks_on_each_node():
         for flag, placeholder in per_node.findall(text):
             seen[f"{path.stem} {flag if not flag.startswith('deepspeed') else 'deepspeed ' + flag.split()[-1]}"] = placeholder
     assert {"hf --nproc_per_node", "torchtitan --nproc_per_node", "megatron --nproc_per_node", "timm --nproc_per_node",
-            "nanochat --nproc_per_node", "deepspeed deepspeed --num_gpus", "lightning trainer.devices",
-            "nemo_micro_batch trainer.devices"} <= set(seen)
+            "nanochat --nproc_per_node", "fairseq --nproc_per_node", "rnnt_base --nproc_per_node", "rnnt_large --nproc_per_node",
+            "deepspeed deepspeed --num_gpus", "lightning trainer.devices", "nemo_micro_batch trainer.devices"} <= set(seen)
     assert {k: v for k, v in seen.items() if v != "nproc_per_node"} == {}
+
+
+# The shipped presets that start one process (one device, one rank): every other joins its nodes into one world.
+ONE_PROCESS_PRESETS = {"nanogpt", "my_script", "builtin_command"}
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in PRESETS.glob("*.yaml")))
+def test_every_shipped_preset_that_starts_ranks_joins_its_nodes(tmp_path, preset):
+    """trainers.md says each preset that starts ranks starts one world over every node: each such preset's dry run on
+    two nodes fills a node rank and node 0's host into each node's line (or env) and draws no warning; the one-process
+    presets, which a second node would run as a world of its own, get the start-up warning instead."""
+    proc = run_sweep(["+machine=cpu2", "machine.num_devices=4", "machine.nodes=2", f"+sweep={preset}", "hydra/launcher=submitit_slurm",
+                      "dry_run=true"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warned = "name none of {nodes}, {node_rank}, {master_addr}: each node starts the command on its own" in proc.stderr
+    assert warned == (preset in ONE_PROCESS_PRESETS), proc.stderr
+    if preset in ONE_PROCESS_PRESETS:
+        return
+    node_lines = [line for line in proc.stdout.splitlines() if line.startswith("  node ")]
+    assert len(node_lines) == 2, proc.stdout
+    for node, line in enumerate(node_lines):
+        assert "NODE0_HOST" in line and re.search(rf"(node_rank|NODE_RANK)\W+{node}\b", line), line
+
+
+def test_accum_x_devices_counts_every_ranks_micro_batches_in_the_line_and_the_flags(tmp_path):
+    """nanoGPT under torchrun divides its --gradient_accumulation_steps by the world size: {accum_x_devices} gives it
+    accum x num_devices, in each node's line and in the flags to paste (the argv's own tokens)."""
+    from sweep.core.ranking import SweepMeta, recommended_flags
+    from sweep.parsers.presets import flags_template
+
+    argv = ["torchrun", "--nproc_per_node={nproc_per_node}", "--nnodes={nodes}", "--node_rank={node_rank}", "--master_addr={master_addr}",
+            "--master_port={master_port}", "train.py", "--batch_size={per_device_batch}", "--gradient_accumulation_steps={accum_x_devices}"]
+    (tmp_path / "train.py").write_text("")
+    proc = run_sweep(["+machine=cpu2", "machine.num_devices=4", "machine.nodes=2", "workload=command", f"workload.argv={json.dumps(argv)}",
+                      "global_batch_size=32", "accum=2", "hydra/launcher=submitit_slurm", "dry_run=true"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    node_lines = [line for line in proc.stdout.splitlines() if line.startswith("  node ")]
+    assert len(node_lines) == 2 and all(line.endswith("--batch_size=4 --gradient_accumulation_steps=8") for line in node_lines), proc.stdout
+    template = flags_template("myrtle", argv)
+    assert template == "--batch_size={per_device_batch} --gradient_accumulation_steps={accum_x_devices}"
+    meta = SweepMeta(sweep_id="s", machine="cpu2", workload="command", global_batch_size=32, num_devices=4, flags_template=template)
+    best = replace(own(), accum=2, global_batch_size=32)
+    assert recommended_flags(meta, best) == "--batch_size=4 --gradient_accumulation_steps=8"
 
 
 def test_the_deepspeed_preset_starts_one_world_over_every_node_without_ssh():

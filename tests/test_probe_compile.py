@@ -47,12 +47,14 @@ def test_the_probe_causes_no_recompile_and_no_warning(tmp_path, how):
     assert report.armed and len(report.steps) == 6 and report.problems == []  # still every step timed
 
 
-def test_dynamos_own_entry_point_recompiles_nothing_either(tmp_path):
-    """torch._dynamo.optimize(backend)(model) goes round torch.compile: the hooks come out as the compiled
-    model is first called, before dynamo traces it (torch has warned once by then; it recompiled 3 times)."""
+def test_dynamos_own_entry_point_recompiles_and_prints_nothing_either(tmp_path):
+    """torch._dynamo.optimize(backend)(model) goes round torch.compile: the probe takes its hooks out as dynamo's
+    own entry point is called (torch._dynamo imported after the probe armed), so torch warns of no global hook
+    (it did once, with the hooks taken out only at the compiled model's first call) and recompiles nothing."""
     without, _, _ = run(tmp_path / "off", "--how=optimize", probe=False)
     probed, _, records = run(tmp_path / "on", "--how=optimize", probe=True)
-    assert probed["frames"] == without["frames"] == 1 and len(probed["warnings"]) <= 1
+    print(f"optimize: warnings without the probe {without['warnings']}, with it {probed['warnings']}")
+    assert probed["frames"] == without["frames"] == 1 and probed["warnings"] == without["warnings"] == []
     assert len(read_probe(records).steps) == 6
 
 

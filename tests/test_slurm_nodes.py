@@ -36,6 +36,7 @@ TRAIN = Path(__file__).with_name("nodes_train.py")
 LIGHTNING_TRAIN = Path(__file__).with_name("nodes_lightning.py")
 PRESETS = Path(__file__).resolve().parents[1] / "sweeps"
 GBS = 16
+TIME_LIMIT_S = 40
 
 
 def preset_launch_line() -> list[str]:
@@ -241,11 +242,14 @@ def launch_styles(slurm_nodes: Any, tmp_path_factory: pytest.TempPathFactory) ->
       heavier), and accum=4, whose ranks sleep 2 s a step (8 timed steps, where a pair with no rival stops, take 16 s: accum=1 is
       measured long before): the decision stops it once accum=1 outranks it;
     - lightning: the shipped lightning preset's overrides and env around a real LightningModule (nodes_lightning.py);
-    - too_many_ranks: the torchrun line with the issue's mistake, `--nproc_per_node={num_devices}`: 8 ranks for 4."""
+    - too_many_ranks: the torchrun line with the issue's mistake, `--nproc_per_node={num_devices}`: 8 ranks for 4;
+    - racing: the torchrun line over accum=1 split=1,2, split=1's ranks 2 s a step: a pair no ordering rules out,
+      which racing alone may stop (its interval cannot reach the leader's);
+    - time_limit: the torchrun line, every rank stalled before its first step: nothing to judge, the time limit ends it."""
     if _launch_styles:
         return _launch_styles
     root = tmp_path_factory.mktemp("launch_styles")
-    works = {name: root / name for name in ("deepspeed", "lightning", "too_many_ranks")}
+    works = {name: root / name for name in ("deepspeed", "lightning", "too_many_ranks", "racing", "time_limit")}
     for work in works.values():
         work.mkdir()
     wrong = [a.replace("{nproc_per_node}", "{num_devices}") for a in preset_launch_line()]
@@ -255,6 +259,10 @@ def launch_styles(slurm_nodes: Any, tmp_path_factory: pytest.TempPathFactory) ->
                                            f"{TRAIN} --behaviours=1:heavy_node,4:slow --slow_s=2.0 --heavy_mib={HEAVY_MIB}"), "accum=1,4"],
         "lightning": [*shipped_preset_args(slurm_nodes, works["lightning"], "lightning", str(LIGHTNING_TRAIN)), "accum=1"],
         "too_many_ranks": command_args(slurm_nodes, works["too_many_ranks"] / "s", "accum=1", launch=wrong),
+        "racing": command_args(slurm_nodes, works["racing"] / "s", "accum=1", "split=1,2",
+                               train=("--split={split}", "--behaviours=1/1:slow", "--slow_s=2.0")),
+        "time_limit": command_args(slurm_nodes, works["time_limit"] / "s", "accum=1", f"trial.time_limit_s={TIME_LIMIT_S}",
+                                   train=("--behaviours=1:stall",)),
     }
     args = {name: argv for name, argv in args.items() if importlib.util.find_spec({"deepspeed": "deepspeed", "lightning": "lightning"}.get(name, "torch"))}
     with ThreadPoolExecutor(len(args)) as pool:
@@ -316,7 +324,24 @@ def test_a_slower_two_node_pair_is_stopped_by_the_decision_on_both_nodes(slurm_n
     result = json.loads((trial / "result.json").read_text())
     assert (row["status"], result["status"], result["error"]) == ("ok", "ok", ""), (row, proc.stdout[-3000:])
     reason = result["stopped_early"]
+    # Both rules stop a slower pair that accum=1 outranks: the decision's on its first timed step once accum=1 is
+    # measured, racing's from its sixth, so which fires depends on when accum=1 finished on a busy box. Racing alone
+    # is forced below, with a pair no ordering rules out.
     assert reason.startswith(("outranked by accum1_split1", "cannot beat the leader accum1_split1")), result
+    assert_node_1_obeyed(trial, result, reason)
+
+
+def test_the_lightning_preset_style_over_two_nodes_is_one_world_from_lightnings_own_launcher(slurm_nodes: Any, launch_styles: Any) -> None:
+    """trainer.devices={nproc_per_node} trainer.num_nodes={nodes} and the preset's env: Lightning, kept off its Slurm
+    detection (SLURM_JOB_NAME), starts each node's two ranks itself from MASTER_ADDR and NODE_RANK."""
+    sweep_dir, trial, result = one_world_trial(slurm_nodes, launch_styles, "lightning")
+    node1_log = (trial / f"command-job{result['job_id']}-node1.log").read_text()
+    assert "Initializing distributed: GLOBAL_RANK: 2, MEMBER: 3/4" in node1_log and "does not match" not in node1_log
+
+
+def assert_node_1_obeyed(trial: Path, result: dict[str, Any], reason: str) -> None:
+    """Node 0 decided the stop for `reason`; node 1 stopped its ranks on node 0's word, after it; no node's ranks
+    died of a broken connection first."""
     job = result["job_id"]
     stop = json.loads((trial / f"stop-job{job}.json").read_text())
     verdict = json.loads((trial / f"verdict-job{job}-node1.json").read_text())
@@ -326,12 +351,30 @@ def test_a_slower_two_node_pair_is_stopped_by_the_decision_on_both_nodes(slurm_n
         assert "Connection closed by peer" not in log.read_text(), log
 
 
-def test_the_lightning_preset_style_over_two_nodes_is_one_world_from_lightnings_own_launcher(slurm_nodes: Any, launch_styles: Any) -> None:
-    """trainer.devices={nproc_per_node} trainer.num_nodes={nodes} and the preset's env: Lightning, kept off its Slurm
-    detection (SLURM_JOB_NAME), starts each node's two ranks itself from MASTER_ADDR and NODE_RANK."""
-    sweep_dir, trial, result = one_world_trial(slurm_nodes, launch_styles, "lightning")
-    node1_log = (trial / f"command-job{result['job_id']}-node1.log").read_text()
-    assert "Initializing distributed: GLOBAL_RANK: 2, MEMBER: 3/4" in node1_log and "does not match" not in node1_log
+def test_racing_alone_stops_a_two_node_pair_no_ordering_rules_out(slurm_nodes: Any, launch_styles: Any) -> None:
+    """accum=1 split=1 (2 s a step) has the bigger joint chunks, so no ordering says split=2 outranks it: only racing can
+    stop it early, once its interval cannot reach split=2's. Node 0 decides, node 1 obeys."""
+    sweep_dir, proc = launch_styles["racing"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    by_split = {int(r["split"]): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
+    assert by_split[2]["status"] == "ok" and by_split[1]["status"] == "ok", by_split
+    trial = sweep_dir / "trials" / "accum1_split1"
+    result = json.loads((trial / "result.json").read_text())
+    assert result["stopped_early"].startswith("cannot beat the leader accum1_split2"), result
+    assert result["steps_measured"] < 8, result  # stopped before the 8 steps a pair with no rival measures
+    assert_node_1_obeyed(trial, result, result["stopped_early"])
+
+
+def test_the_time_limit_ends_a_two_node_trial_on_both_nodes(slurm_nodes: Any, launch_styles: Any) -> None:
+    """A trial whose ranks never step has nothing racing or the decision can judge: trial.time_limit_s ends it, decided
+    by node 0 and obeyed by node 1 (not node 1's own backstop, a minute later), filed as a timeout."""
+    sweep_dir, proc = launch_styles["time_limit"]
+    trial = sweep_dir / "trials" / "accum1_split1"
+    result = json.loads((trial / "result.json").read_text())
+    reason = f"still running after trial.time_limit_s={TIME_LIMIT_S}s; stopped"
+    assert (result["status"], result["error"]) == ("timeout", reason), (result, proc.stdout[-3000:])
+    assert rows(sweep_dir)[1]["status"] == "timeout"
+    assert_node_1_obeyed(trial, result, reason)
 
 
 def test_more_ranks_than_devices_over_two_nodes_is_rejected_never_ok(launch_styles: Any) -> None:

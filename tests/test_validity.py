@@ -135,7 +135,7 @@ def test_with_no_torch_optim_step_the_backward_passes_between_updates_must_be_th
 
     def report(changed_at: list[int]):
         records = [{"kind": "start", "world_size": 1}]
-        for i in range(16):
+        for i in range(32):
             if i in changed_at:
                 records.append({"kind": "update", "backward": i})
             records.append({"kind": "backward", "index": i, "at": 10.0 + 0.1 * i})
@@ -146,9 +146,15 @@ def test_with_no_torch_optim_step_the_backward_passes_between_updates_must_be_th
     assert backward_per_update(report([4, 12, 15])) == pytest.approx(5.5)  # 8 and 3: the median of two gaps
     assert backward_per_update(report(list(range(1, 16)))) == 1.0  # after every pass
     assert validated(ok(4, 1, STEADY, backward_per_update=4.0)).status == OK
-    assert validated(ok(4, 1, STEADY, backward_per_update=8.0)).status == OK  # an update the watch missed: still whole
+    assert backward_per_update(report([3, 7, 15, 19, 23, 27])) == 4.0  # one update the watch missed: the median holds
     r = validated(ok(4, 1, STEADY, backward_per_update=1.0))
     assert r.status == REJECTED and "1 backward pass(es) between the parameter updates it saw (no torch.optim step) where accum=4" in r.error
+    # The figure counts accum passes a step, so two passes per micro-batch (a SAM- or GAN-style loop with its own
+    # update) would read as twice the speed: any count but accum is rejected, at accum=1 too.
+    for accum, passes in ((4, 8.0), (1, 2.0)):
+        r = validated(ok(accum, 1, STEADY, backward_per_update=passes))
+        assert r.status == REJECTED and "more than one backward pass per micro-batch" in r.error, (accum, passes)
+    assert validated(ok(1, 1, STEADY, backward_per_update=1.0)).status == OK
     # Where the optimizer steps were counted, they decide; an update count never overrides them.
     assert validated(ok(4, 1, STEADY, backward_per_step=4.0, backward_per_update=1.0)).status == OK
 
@@ -207,12 +213,38 @@ def test_a_pair_stopped_on_one_step_is_scored_as_untried_not_as_measured():
     results = {leader.key: leader, cold.key: cold, "accum1_split1": replace(leader, accum=1, split=1, per_device_batch=64, joint_batch=64,
                                                                             status=OOM, oom_phase=OomPhase.JOINT, throughput=None)}
     assert unmeasured(cold) and not unmeasured(leader)
-    as_if_measured = replace(cold, stopped_early="")
+    as_if_measured = ok(2, 1, [GBS / 426.7 * (1 + 0.002 * (i % 3)) for i in range(8)])  # slow in full, not on one step
     assert confidence_score(cands, {**results, cold.key: as_if_measured}) == 99
     assert confidence_score(cands, results) < 80
     rejected = replace(leader, accum=2, split=1, per_device_batch=32, joint_batch=32, status=REJECTED)
     untried = {k: r for k, r in results.items() if k != cold.key}
     assert unmeasured(rejected) and confidence_score(cands, {**results, cold.key: rejected}) == confidence_score(cands, untried) < 99
+
+
+def test_pairs_that_ran_to_their_own_end_on_a_step_or_two_never_score_80():
+    """trial.measure_steps=2 (or a trainer that stops after two steps): each pair ends on its own, not stopped by the
+    sweep, with a figure but no interval. Those figures still order the pairs, but no score of 80 or more rests on
+    them; six steps each earn the 99 back. A thin pair that a pair measured in full outranks does not hold it down."""
+    from sweep.core.confidence import thinly_measured
+
+    cands = enumerate_candidates(GBS, 1, [1, 2], [1, 2])
+
+    def steps(accum: int, split: int, n: int, rate: float):
+        return ok(accum, split, [GBS / rate * (1 + 0.002 * (i % 3)) for i in range(n)])
+
+    def oom11():
+        base = steps(1, 2, 8, 960.0)
+        return replace(base, accum=1, split=1, per_device_batch=64, joint_batch=64, status=OOM, oom_phase=OomPhase.JOINT, throughput=None)
+
+    for n in (1, 2):
+        thin = {r.key: r for r in (steps(1, 2, n, 960.0), steps(2, 1, n, 480.0), oom11())}
+        assert all(thinly_measured(r) for r in thin.values() if r.status == "ok")
+        assert confidence_score(cands, thin) < 80, n
+    full = {r.key: r for r in (steps(1, 2, 8, 960.0), steps(2, 1, 8, 480.0), oom11())}
+    assert confidence_score(cands, full) == 99
+    outranked_and_thin = {**full, "accum2_split2": steps(2, 2, 2, 300.0)}  # smaller batches, same split as the leader
+    assert confidence_score(cands, outranked_and_thin) == 99
+    assert confidence_score(cands, {**full, "accum2_split1": steps(2, 1, 2, 480.0)}) < 80  # a rival on two steps
 
 
 # ---------------------------------------------------------------- sweeps that break an assumption on purpose

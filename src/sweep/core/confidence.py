@@ -16,6 +16,8 @@ steps (the search's provisional first pair, a pair the throughput ordering ruled
 95% interval and may have been timed on a cold step, so it is scored as untried, not as measured: it
 drops out of P_measured and counts as an open pair unless a pair measured in full outranks it. A
 `rejected` record (its figure failed core/validity.py's checks) and a `cancelled` one are untried too.
+A pair that ran to its own end on fewer steps (thinly_measured) stays in P_measured, but while it could be
+the answer the score stays below 80, as it does for a pair cut short.
 """
 
 from __future__ import annotations
@@ -144,13 +146,22 @@ def leader_probability(results: Mapping[str, TrialResult], run_to_run: float = T
     return float(min(1.0, _trapezoid(_normal_density_at_nodes() * beats_all, _Z)))
 
 
+def _timed_steps(r: TrialResult) -> int:
+    return max(len(r.step_times_s), r.steps_measured or 0)
+
+
 def unmeasured(r: TrialResult) -> bool:
     """Whether a finished record is no measurement of its pair for the score: cancelled, rejected, or ok but
     stopped early by the sweep on fewer timed steps than a 95% interval needs."""
     if r.status in (CANCELLED, REJECTED):
         return True
-    steps = max(len(r.step_times_s), r.steps_measured or 0)
-    return r.status == OK and bool(r.stopped_early) and steps < MIN_INTERVAL_STEPS
+    return r.status == OK and bool(r.stopped_early) and _timed_steps(r) < MIN_INTERVAL_STEPS
+
+
+def thinly_measured(r: TrialResult) -> bool:
+    """An ok pair that ran to its own end on fewer timed steps (or log figures) than a 95% interval needs
+    (trial.measure_steps=2, a short run, a busy box's warm-up leaving few): a figure, but no interval."""
+    return r.status == OK and not r.stopped_early and _timed_steps(r) < MIN_INTERVAL_STEPS
 
 
 def outranked_by_measured(c: Candidate | TrialResult, results: Mapping[str, TrialResult]) -> bool:
@@ -256,6 +267,9 @@ def confidence_score(
         p *= 1.0 - q
     # A pair that fit but was cut short on a step or two, and that no pair measured in full outranks, may be the
     # answer its one cold step hid: until it is measured in full (orchestration/remeasure.py), no 80 or above.
-    if cut_short:
+    # Likewise a pair that could be the answer (the leader, or one no pair measured in full outranks) whose whole
+    # figure rests on a step or two: the score's 80 and above are earned by steps, never assumed.
+    thin = [r for r in results.values() if thinly_measured(r) and (r.key == leader_key(results) or not outranked_by_measured(r, results))]
+    if cut_short or thin:
         p = min(p, UNMEASURED_CAP)
     return max(0, min(99, int(round(100 * p))))

@@ -228,8 +228,8 @@ def backward_per_step(report: ProbeReport, warmup_steps: int) -> float | None:
 def backward_per_update(report: ProbeReport) -> float | None:
     """The median backward passes between the parameter updates the probe saw, over every process, where no
     torch.optim optimizer exists; None with fewer than two such gaps (a trainer whose updates left the watched
-    parameter as it was, or too short a run). An update the watch missed makes a gap of two updates' passes, still
-    a whole multiple of the accumulation; a trainer that updates after every pass makes gaps of 1."""
+    parameter as it was, or too short a run). An update the watch missed makes one gap of two updates' passes, which
+    the median rides over; a trainer that updates after every pass makes gaps of 1."""
     gaps = [after - before for indices in report.update_backwards.values() for before, after in zip(indices, indices[1:])]
     return float(np.median(gaps)) if len(gaps) >= 2 else None
 

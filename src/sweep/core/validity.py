@@ -70,8 +70,20 @@ def accumulation_problem(result: TrialResult) -> str:
     per_step, between = result.backward_per_step, "per optimizer step"
     if per_step is None:
         per_step, between = result.backward_per_update, "between the parameter updates it saw (no torch.optim step)"
-    if per_step is None or per_step <= 0 or result.accum <= 1:
+        # The figure itself counts `accum` backward passes a step (probe_report.backward_step_times), so the passes
+        # between updates must be exactly accum: two passes per micro-batch (a SAM- or GAN-style loop) would make
+        # every step look twice as fast, and a trainer that updates after every pass trains accum times the batch.
+        if per_step is not None and per_step > 0 and abs(per_step - result.accum) >= 0.05:
+            return (
+                f"the probe saw {per_step:g} backward pass(es) {between} where accum={result.accum} was asked: the "
+                f"command does not accumulate as asked (check the argv's {{accum}}), or runs more than one backward "
+                f"pass per micro-batch, so a step of {result.accum} passes is not its step"
+            )
         return ""
+    if per_step <= 0 or result.accum <= 1:
+        return ""
+    # Counted optimizer steps time whole steps, however many backward passes each takes (the built-in RNN-T runs
+    # one per joint chunk): a whole multiple of accum is a trainer that splits its micro-batch, not a wrong figure.
     whole = round(per_step)
     if abs(per_step - whole) < 0.05 and whole % result.accum == 0:
         return ""

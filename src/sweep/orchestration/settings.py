@@ -81,7 +81,8 @@ def read_settings(cfg: Any, arguments: Sequence[str]) -> Settings:
     # What only this host knows (the start directory) goes into the plan; the fingerprint keeps the configured value,
     # so a sweep resumed from another directory is still the same sweep.
     workload = kind.at_edge(as_configured)
-    kind.validate(workload, workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=dry_run, device=machine.device))
+    kind.validate(workload, workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=dry_run, device=machine.device,
+                                                    nodes=int(machine.nodes or 1)))
     splits_apply = kind.splits_apply(workload)
     if not splits_apply:
         # The script has no batch_split_factor: the space is accum alone.

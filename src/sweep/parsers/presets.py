@@ -171,13 +171,13 @@ def get_preset(name: str) -> Preset:
 
 
 # One token of a command's argv that sets a batch knob: `--batch_size={per_device_batch}`, `trainer.x={accum}`.
-_BATCH_FLAG = re.compile(r"^(?:-{1,2}[\w.-]+|[\w.+~/-]+)=[^\s{}]*\{(?:per_device_batch|accum|split|joint_batch|global_batch_size)\}[^\s]*$")
+_BATCH_FLAG = re.compile(r"^(?:-{1,2}[\w.-]+|[\w.+~/-]+)=[^\s{}]*\{(?:per_device_batch|accum|accum_x_devices|split|joint_batch|global_batch_size)\}[^\s]*$")
 
 
 # A value token that is one batch placeholder, as in argparse's space-separated `--batch_size {per_device_batch}`.
-_BATCH_VALUE = re.compile(r"^[^\s{}]*\{(?:per_device_batch|accum|split|joint_batch|global_batch_size)\}[^\s{}]*$")
+_BATCH_VALUE = re.compile(r"^[^\s{}]*\{(?:per_device_batch|accum|accum_x_devices|split|joint_batch|global_batch_size)\}[^\s{}]*$")
 _OPTION = re.compile(r"^-{1,2}[A-Za-z_][\w.-]*$")
-_PLACEHOLDER = re.compile(r"(?<!\{)\{(per_device_batch|accum|split|joint_batch|global_batch_size)\}")
+_PLACEHOLDER = re.compile(r"(?<!\{)\{(per_device_batch|accum|accum_x_devices|split|joint_batch|global_batch_size)\}")
 
 # What a command whose argv carries no batch token (its batch goes through workload.env) is told: the
 # pair in sweep's own names, since any flag name here would be one its script may not take.
@@ -195,7 +195,7 @@ def batch_flags(argv: Sequence[str]) -> list[str]:
     accumulation from (Megatron's `--global-batch-size`).
     """
     found = _batch_tokens(argv, shell_words=True)
-    sets_accum = any("{accum}" in token for token in found)
+    sets_accum = any("{accum}" in token or "{accum_x_devices}" in token for token in found)
     return [t for t in found if not (sets_accum and set(_PLACEHOLDER.findall(t)) == {"global_batch_size"})]
 
 

@@ -24,6 +24,7 @@ class CheckContext:
     local_launch: bool  # trials run on this host (files and executables there can be checked)
     dry_run: bool = False  # nothing launches: what only a launch needs (the executable) is a warning
     device: str = "cpu"  # machine.device: what the trials train on
+    nodes: int = 1  # machine.nodes: the nodes each trial spans
 
 
 @dataclass(frozen=True)

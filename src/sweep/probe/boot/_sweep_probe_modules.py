@@ -21,10 +21,10 @@ torch.compile: dynamo guards on the module hooks it traced (the length of the gl
 module's own), and warns into the user's log when global hooks meet a compiled module. Hooks that come
 and go under it recompile the next call: the first timed step. So no module hook is ever added or
 removed once a process uses torch.compile: the probe takes them all out as torch.compile (or
-Module.compile) is called, before dynamo traces anything, and adds none after. Compiled through dynamo's
-own torch._dynamo.optimize instead, a module comes out as its compiled wrapper is first called (before
-dynamo traces it, after torch's one warning), and a function compiled so while the first step's hooks were
-in keeps them in. OOMs are then named from the frames and the autograd node, as after any first step (a
+Module.compile) or dynamo's own torch._dynamo.optimize is called, before dynamo traces anything, and adds
+none after. A module compiled some other way (a wrapper made before the probe armed) comes out as its
+compiled wrapper is first called (before dynamo traces it, after torch's one warning), and a function
+compiled so while the first step's hooks were in keeps them in. OOMs are then named from the frames and the autograd node, as after any first step (a
 compiled module by the module it wraps).
 """
 
@@ -38,6 +38,52 @@ import weakref
 from _sweep_probe_oom import OOM_MESSAGES, OomRecords, callers_frames, is_oom  # noqa: F401 - OOM_MESSAGES: a public name here too
 
 WATCH_DEPTH = 3  # backward is followed into modules this deep in the running stack (_watch_backward)
+
+
+class AfterImport:
+    """A sys.meta_path finder that calls `then(module)` once `name` has finished importing (sitecustomize's way of
+    arming on torch's import), then leaves sys.meta_path; a failure in `then` is the probe's, never the import's."""
+
+    def __init__(self, name: str, then) -> None:
+        self.name, self.then = name, then
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        for finder in [f for f in sys.meta_path if f is not self]:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        after = self
+
+        class _Loader:
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                module.__spec__.loader = module.__loader__ = loader  # the module sees its own loader
+                loader.exec_module(module)
+                after.remove()
+                try:
+                    after.then(module)
+                except Exception:  # noqa: BLE001 - the compile watch is a courtesy; the import must stand
+                    pass
+
+            def __getattr__(self, attr):
+                return getattr(loader, attr)
+
+        spec.loader = _Loader()
+        return spec
 
 
 class ModuleAndOomHooks(OomRecords):
@@ -54,17 +100,31 @@ class ModuleAndOomHooks(OomRecords):
         self.undo.append(self._remove_module_hooks)
 
     def _install_compile_watch(self, torch) -> None:
-        """torch.compile (Module.compile calls it too) first takes the module hooks out (module docstring)."""
-        original = torch.compile
+        """torch.compile (Module.compile calls it too) and dynamo's own torch._dynamo.optimize first take the module
+        hooks out (module docstring). torch._dynamo is imported by whoever compiles first, never by the probe."""
+        self._take_hooks_out_before(torch, "compile")
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is not None:
+            self._take_hooks_out_before(dynamo, "optimize")
+        else:
+            finder = AfterImport("torch._dynamo", lambda module: self._take_hooks_out_before(module, "optimize"))
+            sys.meta_path.insert(0, finder)
+            self.undo.append(finder.remove)
+
+    def _take_hooks_out_before(self, owner, name: str) -> None:
+        original = getattr(owner, name, None)
+        if original is None or getattr(original, "_sweep_probe_wrapped", False):
+            return
         probe = self
 
         @functools.wraps(original)
-        def compile(*args, **kwargs):
+        def compiler(*args, **kwargs):
             probe.leave_modules_to_dynamo()
             return original(*args, **kwargs)
 
-        torch.compile = compile
-        self.undo.append(lambda: setattr(torch, "compile", original))
+        compiler._sweep_probe_wrapped = True
+        setattr(owner, name, compiler)
+        self.undo.append(lambda: setattr(owner, name, original))
 
     def leave_modules_to_dynamo(self) -> None:
         """No module hook from now on in this process: dynamo will guard on whatever hooks it traces."""

@@ -21,13 +21,18 @@ if TYPE_CHECKING:
 def _validate(config: CommandWorkloadConfig, context: CheckContext) -> None:
     from sweep.parsers import compile_phase_patterns, parser_settings
     from sweep.parsers.regex_guard import check_regex_speed
-    from sweep.workloads.command.template import check_template, missing_paths
+    from sweep.workloads.command.template import check_template, missing_paths, unjoined_nodes
 
     argv, env = config.argv or [], config.env or {}
     try:
         check_template(argv, env)
     except TemplateError as e:
         raise SweepError(str(e)) from None
+    # Not refused: a script may join its nodes from Slurm's own variables (Lightning reads SLURM_NODEID), which no
+    # placeholder shows; but a plain `python train.py` started on every node is a world per node, and says so here.
+    unjoined = unjoined_nodes(argv, env, context.nodes)
+    if unjoined:
+        print(f"sweep: warning: {unjoined}", file=sys.stderr)
     # On Slurm the script and executable live on the compute nodes (each trial checks them there); here,
     # whatever the run needs is checked before anything launches. A dry run launches nothing: it shows its plan
     # (a shipped preset's, say, looked at from anywhere) and says what a run from here would stop on.

@@ -104,11 +104,11 @@ def launch_lines(spec: TrialSpec) -> str:
     trial's port (free when it starts; on several nodes derived from the job id)."""
     import shlex
 
-    from sweep.workloads.command.template import fill
+    from sweep.workloads.command.template import fill, pair_values
 
     nodes = int(spec.machine.nodes or 1)
     per_node = nproc_per_node(spec.num_devices, nodes)
-    values: dict[str, Any] = {**spec.numbers(), "nproc_per_node": per_node, "nodes": nodes,
+    values: dict[str, Any] = {**pair_values(spec.numbers()), "nproc_per_node": per_node, "nodes": nodes,
                               "master_addr": "127.0.0.1" if nodes == 1 else "NODE0_HOST", "master_port": "TRIAL_PORT"}
     wl = spec.workload
     known = "NODE0_HOST: node 0's host name, TRIAL_PORT: the trial's own port" if nodes > 1 else "TRIAL_PORT: a port free when the trial starts"

@@ -29,7 +29,7 @@ from sweep.workloads.command.follow import Enough, Obey, follow, live_throughput
 from sweep.workloads.command.launching import attempt_log, command_env, launch_values, nproc_per_node
 from sweep.workloads.command.launching import job_id as _job_id
 from sweep.workloads.command.nodes import BACKSTOP_S, Team, attempt_tag, describe, first_cause, merged
-from sweep.workloads.command.template import PLACEHOLDERS, check_template, fill, missing_paths, template_fields  # noqa: F401 (re-exported)
+from sweep.workloads.command.template import PLACEHOLDERS, check_template, fill, missing_paths, pair_values, template_fields  # noqa: F401 (re-exported)
 
 
 def run_command_trial(spec: TrialSpec) -> TrialResult:
@@ -45,7 +45,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     writes = node == 0
     # Several nodes: node 0 decides when the trial stops and files it from every node's verdict (nodes.py).
     team = Team(trial_dir, attempt_tag(_job_id() or str(os.getpid())), node, nodes) if nodes > 1 else None
-    values = {**spec.numbers(), **launch}
+    values = {**pair_values(spec.numbers()), **launch}
     argv = [fill(a, values) for a in wl.argv]
     env = command_env(spec, {k: fill(str(v), values) for k, v in (wl.env or {}).items()})
     cwd = wl.cwd or os.getcwd()

@@ -17,14 +17,17 @@ from sweep.errors import TemplateError
 
 # The candidate's numbers (TrialSpec.numbers) and the launch's (one launcher per node: the
 # command's own launcher, torchrun/deepspeed/accelerate, starts the ranks from these).
-# {num_devices} is every node's ranks together (a world size: accelerate's --num_processes, fairseq's
-# --distributed-world-size); {nproc_per_node} is the ranks this node's launcher starts (torchrun's
+# {num_devices} is every node's ranks together (a world size: accelerate's --num_processes, caiman-asr's
+# --num_gpus); {nproc_per_node} is the ranks this node's launcher starts (torchrun's
 # --nproc_per_node, deepspeed's --num_gpus, Lightning's trainer.devices): the two differ on several nodes.
-NUMBER_PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices", "nproc_per_node")
+# {accum_x_devices} is the micro-batches of one optimizer step over every rank (accum x num_devices), for a script
+# whose accumulation flag counts them all and divides by its world size itself (nanoGPT's --gradient_accumulation_steps).
+NUMBER_PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices", "nproc_per_node",
+                       "accum_x_devices")
 LAUNCH_PLACEHOLDERS = ("nodes", "node_rank", "master_addr", "master_port")
 PLACEHOLDERS = NUMBER_PLACEHOLDERS + LAUNCH_PLACEHOLDERS
 # Those that differ between pairs: a command using none of them measures the same thing every trial.
-BATCH_PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch")
+BATCH_PLACEHOLDERS = ("accum", "split", "per_device_batch", "joint_batch", "accum_x_devices")
 # Those that tell the pairs of one accum apart: without them the space is accum alone.
 SPLIT_PLACEHOLDERS = ("split", "joint_batch")
 # Launchers and interpreters whose first non-option argument is the script they run.
@@ -63,14 +66,31 @@ def check_template(argv: Sequence[str], env: Mapping[str, str]) -> None:
         template_fields(part)
     if not fields_used(argv, env) & set(BATCH_PLACEHOLDERS):
         raise TemplateError(
-            "workload.argv and workload.env use none of {accum}, {split}, {per_device_batch}, {joint_batch}: every pair would "
+            "workload.argv and workload.env use none of {accum}, {split}, {per_device_batch}, {joint_batch}, {accum_x_devices}: every pair would "
             "run the same command; pass the batch to the script, e.g. --batch_size={per_device_batch} --grad_accum={accum}"
         )
+
+
+def unjoined_nodes(argv: Sequence[str], env: Mapping[str, str], nodes: int) -> str:
+    """One line where a trial spans several nodes but the command names nothing that joins them; "" otherwise."""
+    if nodes <= 1 or fields_used(argv, env) & {"nodes", "node_rank", "master_addr"}:
+        return ""
+    return (
+        f"machine.nodes={nodes}, but workload.argv and workload.env name none of {{nodes}}, {{node_rank}}, {{master_addr}}: "
+        f"each node starts the command on its own, a world of its own unless the script joins the nodes itself from "
+        f"Slurm's variables; launch it with torchrun --nnodes={{nodes}} --node_rank={{node_rank}} --master_addr={{master_addr}} "
+        f"--master_port={{master_port}} (docs/slurm.md, Trials over several nodes)"
+    )
 
 
 def uses_split(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     """Whether the command can tell two pairs of one accum apart (else the sweep is over accum alone)."""
     return bool(fields_used(argv, env) & set(SPLIT_PLACEHOLDERS))
+
+
+def pair_values(numbers: Mapping[str, int]) -> dict[str, int]:
+    """A trial's numbers (TrialSpec.numbers) with what the template derives from them: {accum_x_devices}."""
+    return {**numbers, "accum_x_devices": int(numbers["accum"]) * int(numbers["num_devices"])}
 
 
 def fill(text: str, values: Mapping[str, int | str]) -> str:
