@@ -17,6 +17,7 @@ ACCUM, or ACCUM/SPLIT (with --split) for one pair of that accum:
   slow       every rank sleeps --slow_s a step (DDP kept): a pair the decision stops for being slower
   heavy_node node 1's ranks each hold --heavy_mib MiB, touched, from the start: the trial's memory is node 1's
   stall      every rank sleeps --stall_s before its first step: a trial with no step to judge, which only the time limit ends
+  late_slow  every rank sleeps --stall_s before its first step, then --slow_s a step: a slow pair that starts after its rival
 """
 
 import argparse
@@ -86,7 +87,7 @@ net = Net()
 model = net if what == "slow_node" else torch.nn.parallel.DistributedDataParallel(net)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 per_rank = max(1, a.gbs // (world * a.accum))
-if what == "stall":
+if what in ("stall", "late_slow"):
     time.sleep(a.stall_s)
 ends = [time.time()]
 record = os.path.join(os.environ["SWEEP_TRIAL_DIR"], f"rank{rank}.json")
@@ -95,7 +96,7 @@ for step in range(a.steps):
     for _ in range(a.accum):
         model(torch.randn(per_rank, 32)).sum().backward()
         time.sleep(a.micro_s)
-    if what == "slow_node" and node == 1 or what == "slow":
+    if what == "slow_node" and node == 1 or what in ("slow", "late_slow"):
         time.sleep(a.slow_s)
     opt.step()
     opt.zero_grad()

@@ -9,8 +9,8 @@ nanochat line), the deepspeed launcher (sweeps/deepspeed.yaml's line, without ss
 (torchrun, deepspeed) and tests/nodes_lightning.py are the trainers: each rank writes its own step times, and a
 trial's accum picks what goes wrong on which rank.
 
-CI time: 2.5 to 3.5 minutes on a 2-core box other work keeps busy (an srun and four sweeps, whose trials run side by
-side; the three sweeps of the launch styles run at once).
+CI time: about 6 minutes of one worker on a 2-core box (an srun and nine sweeps; the launch styles' three sweeps run at
+once, then the racing and time-limit pair, together about 3.5 minutes).
 """
 
 from __future__ import annotations
@@ -243,8 +243,9 @@ def launch_styles(slurm_nodes: Any, tmp_path_factory: pytest.TempPathFactory) ->
       measured long before): the decision stops it once accum=1 outranks it;
     - lightning: the shipped lightning preset's overrides and env around a real LightningModule (nodes_lightning.py);
     - too_many_ranks: the torchrun line with the issue's mistake, `--nproc_per_node={num_devices}`: 8 ranks for 4;
-    - racing: the torchrun line over accum=1 split=1,2, split=1's ranks 2 s a step: a pair no ordering rules out,
-      which racing alone may stop (its interval cannot reach the leader's);
+    then, once those are done (racing needs its leader measured first, which Slurm's queue behind them would delay), two more:
+    - racing: the torchrun line over accum=1 split=1,2, split=1's ranks starting 8 s late and 2 s a step: a pair no ordering
+      rules out, which racing alone may stop (its interval cannot reach the leader's);
     - time_limit: the torchrun line, every rank stalled before its first step: nothing to judge, the time limit ends it."""
     if _launch_styles:
         return _launch_styles
@@ -259,15 +260,18 @@ def launch_styles(slurm_nodes: Any, tmp_path_factory: pytest.TempPathFactory) ->
                                            f"{TRAIN} --behaviours=1:heavy_node,4:slow --slow_s=2.0 --heavy_mib={HEAVY_MIB}"), "accum=1,4"],
         "lightning": [*shipped_preset_args(slurm_nodes, works["lightning"], "lightning", str(LIGHTNING_TRAIN)), "accum=1"],
         "too_many_ranks": command_args(slurm_nodes, works["too_many_ranks"] / "s", "accum=1", launch=wrong),
+    }
+    then = {
         "racing": command_args(slurm_nodes, works["racing"] / "s", "accum=1", "split=1,2",
-                               train=("--split={split}", "--behaviours=1/1:slow", "--slow_s=2.0")),
+                               train=("--split={split}", "--behaviours=1/1:late_slow", "--stall_s=8", "--slow_s=2.0")),
         "time_limit": command_args(slurm_nodes, works["time_limit"] / "s", "accum=1", f"trial.time_limit_s={TIME_LIMIT_S}",
                                    train=("--behaviours=1:stall",)),
     }
     args = {name: argv for name, argv in args.items() if importlib.util.find_spec({"deepspeed": "deepspeed", "lightning": "lightning"}.get(name, "torch"))}
-    with ThreadPoolExecutor(len(args)) as pool:
-        running = {name: pool.submit(run_sweep, argv, cwd=works[name], timeout=300) for name, argv in args.items()}
-        _launch_styles.update({name: (works[name] / "s", future.result()) for name, future in running.items()})
+    for batch in (args, then):
+        with ThreadPoolExecutor(len(batch)) as pool:
+            running = {name: pool.submit(run_sweep, argv, cwd=works[name], timeout=300) for name, argv in batch.items()}
+            _launch_styles.update({name: (works[name] / "s", future.result()) for name, future in running.items()})
     return _launch_styles
 
 
@@ -339,7 +343,7 @@ def test_the_lightning_preset_style_over_two_nodes_is_one_world_from_lightnings_
     assert "Initializing distributed: GLOBAL_RANK: 2, MEMBER: 3/4" in node1_log and "does not match" not in node1_log
 
 
-def assert_node_1_obeyed(trial: Path, result: dict[str, Any], reason: str) -> None:
+def assert_node_1_obeyed(trial: Path, result: dict[str, Any], reason: str) -> None:  # reason: node 0's decision
     """Node 0 decided the stop for `reason`; node 1 stopped its ranks on node 0's word, after it; no node's ranks
     died of a broken connection first."""
     job = result["job_id"]
@@ -371,8 +375,8 @@ def test_the_time_limit_ends_a_two_node_trial_on_both_nodes(slurm_nodes: Any, la
     sweep_dir, proc = launch_styles["time_limit"]
     trial = sweep_dir / "trials" / "accum1_split1"
     result = json.loads((trial / "result.json").read_text())
-    reason = f"still running after trial.time_limit_s={TIME_LIMIT_S}s; stopped"
-    assert (result["status"], result["error"]) == ("timeout", reason), (result, proc.stdout[-3000:])
+    reason = f"still running after trial.time_limit_s={TIME_LIMIT_S}s"
+    assert (result["status"], result["error"]) == ("timeout", f"{reason}; stopped"), (result, proc.stdout[-3000:])
     assert rows(sweep_dir)[1]["status"] == "timeout"
     assert_node_1_obeyed(trial, result, reason)
 
