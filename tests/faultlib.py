@@ -319,10 +319,13 @@ def kill_campaign(root: Path, seed: int, reference: dict, reference_wall_s: floa
 
 # -- failing trials ------------------------------------------------------------------------------
 
+# Long enough for five trials started at once to reach their fault on a 2-core box under a load of 10 (6 s was not:
+# the `garbage` trial was still starting when its limit came), short enough that the `hang` costs little.
+FAULT_TIME_LIMIT_S = 15
 # accum -> (behaviour, expected status, expected oom phase, text the reason must contain)
 FAULTS = {
     1: ("ok", "ok", "", ""),
-    2: ("hang", "timeout", "", "time_limit_s=6"),
+    2: ("hang", "timeout", "", f"time_limit_s={FAULT_TIME_LIMIT_S}"),
     4: ("crash", "failed", "", "ValueError: bad shard"),
     8: ("segv", "failed", "", "SIGSEGV"),
     16: ("sigkill", "failed", "", "SIGKILL"),  # failed, "... with no sign of running out of memory": a kill is an OOM only on evidence (issue 30)
@@ -342,7 +345,7 @@ def fault_sweep(root: Path, timing: str) -> tuple[subprocess.CompletedProcess, P
     in_flight, delay = FAULT_TIMINGS[timing]
     sweep_dir = root / f"faults_{timing}"
     behaviours = ",".join(f"{a}:{b}" for a, (b, *_) in FAULTS.items())
-    args = command_args(behaviours, tuple(FAULTS), (1,), "global_batch_size=256", f"max_in_flight={in_flight}", "trial.time_limit_s=6")
+    args = command_args(behaviours, tuple(FAULTS), (1,), "global_batch_size=256", f"max_in_flight={in_flight}", f"trial.time_limit_s={FAULT_TIME_LIMIT_S}")
     proc = run(sweep_dir, args, sweep_env(FAULT_DELAY_S=delay, FAULT_DURATION_S="0.3"), root)
     return proc, sweep_dir
 

@@ -61,7 +61,7 @@ def test_each_failing_trial_gets_its_own_status_and_log_and_the_sweep_goes_on(tm
     assert "Traceback" in Path(rows[(4, 1)]["log"]).read_text()  # the crash's log has it
     assert "cut off" in rows[(64, 1)]["reason"] and "cut off" in rows[(128, 1)]["reason"]
     # The hung command was stopped at the time limit, not left running behind the sweep.
-    assert "over trial.time_limit_s=6, stopping it" in proc.stdout
+    assert f"over trial.time_limit_s={F.FAULT_TIME_LIMIT_S}, stopping it" in proc.stdout
     assert F.hang_stopped(sweep_dir)
     # Every trial now has a whole record: the torn ones (the trial's own files) give way to the sweep's ended.json.
     assert {k: v[0] for k, v in F.finished(sweep_dir).items()} == {f"accum{a}_split1": s for a, (_, s, _, _) in F.FAULTS.items()}

@@ -159,9 +159,11 @@ def unmeasured(r: TrialResult) -> bool:
 
 
 def thinly_measured(r: TrialResult) -> bool:
-    """An ok pair that ran to its own end on fewer timed steps (or log figures) than a 95% interval needs
-    (trial.measure_steps=2, a short run, a busy box's warm-up leaving few): a figure, but no interval."""
-    return r.status == OK and not r.stopped_early and _timed_steps(r) < MIN_INTERVAL_STEPS
+    """An ok pair that ran to its own end on fewer timed steps than a 95% interval needs (trial.measure_steps=2, a
+    trainer that stops after two steps, a busy box's warm-up leaving few): a figure, but no interval. Only where the
+    figures are steps: a log's figure may be an epoch's or a whole run's average (Myrtle's, HF's summary), whose
+    spread the parsers widen to the noise floor instead (parsers/throughput.py)."""
+    return r.status == OK and not r.stopped_early and r.measured_by != "log" and _timed_steps(r) < MIN_INTERVAL_STEPS
 
 
 def outranked_by_measured(c: Candidate | TrialResult, results: Mapping[str, TrialResult]) -> bool:

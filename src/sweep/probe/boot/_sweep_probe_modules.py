@@ -24,8 +24,8 @@ removed once a process uses torch.compile: the probe takes them all out as torch
 Module.compile) or dynamo's own torch._dynamo.optimize is called, before dynamo traces anything, and adds
 none after. A module compiled some other way (a wrapper made before the probe armed) comes out as its
 compiled wrapper is first called (before dynamo traces it, after torch's one warning), and a function
-compiled so while the first step's hooks were in keeps them in. OOMs are then named from the frames and the autograd node, as after any first step (a
-compiled module by the module it wraps).
+compiled so while the first step's hooks were in keeps them in. OOMs are then named from the frames and
+the autograd node, as after any first step (a compiled module by the module it wraps).
 """
 
 from __future__ import annotations
@@ -74,10 +74,7 @@ class AfterImport:
                 module.__spec__.loader = module.__loader__ = loader  # the module sees its own loader
                 loader.exec_module(module)
                 after.remove()
-                try:
-                    after.then(module)
-                except Exception:  # noqa: BLE001 - the compile watch is a courtesy; the import must stand
-                    pass
+                after.then(module)  # never raises (the probe's then records its own failure)
 
             def __getattr__(self, attr):
                 return getattr(loader, attr)
@@ -107,9 +104,15 @@ class ModuleAndOomHooks(OomRecords):
         if dynamo is not None:
             self._take_hooks_out_before(dynamo, "optimize")
         else:
-            finder = AfterImport("torch._dynamo", lambda module: self._take_hooks_out_before(module, "optimize"))
+            finder = AfterImport("torch._dynamo", self._watch_dynamo)
             sys.meta_path.insert(0, finder)
             self.undo.append(finder.remove)
+
+    def _watch_dynamo(self, dynamo) -> None:
+        try:
+            self._take_hooks_out_before(dynamo, "optimize")
+        except Exception as exc:  # noqa: BLE001 - recorded; the user's import of torch._dynamo must stand
+            self.problem("compile watch", exc)
 
     def _take_hooks_out_before(self, owner, name: str) -> None:
         original = getattr(owner, name, None)
