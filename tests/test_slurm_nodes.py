@@ -198,9 +198,10 @@ def test_an_oom_or_a_crash_on_node_1_alone_is_filed_from_node_1_and_a_slower_nod
     trial = sweep_dir / "trials" / "accum4_split1"
     result = json.loads((trial / "result.json").read_text())
     own = ranks_own(trial)
-    node0_pace = GBS / statistics.median(s for r in own.values() if r["node"] == 0 for s in r["steps"][2:])
+    pace = {n: GBS / statistics.median(s for r in own.values() if r["node"] == n for s in r["steps"][2:]) for n in (0, 1)}
     assert result["ranks_seen"] == 4 and result["throughput"] == pytest.approx(own_figure(trial, result), rel=0.1)
-    assert result["throughput"] < node0_pace / 2, (result["throughput"], node0_pace)  # node 1's pace, not node 0's
+    # Node 1's pace, not node 0's (node 0 about 3x faster on a quiet box, 2x with two busy loops beside the suite).
+    assert result["throughput"] == pytest.approx(pace[1], rel=0.15) and pace[1] < 0.75 * pace[0], (result["throughput"], pace)
 
 
 def test_the_builtin_rnnt_over_two_nodes_names_the_rank_that_ran_out(slurm_nodes: Any, tmp_path: Path) -> None:

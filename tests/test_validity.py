@@ -277,7 +277,9 @@ def test_a_cold_first_trial_is_run_again_and_the_true_best_recommended(tmp_path)
         "search=staircase", "accum=1,2", "split=1,2", "search.drift_check=false",
     )
     first = read_result(trial_dir(sweep_dir, "accum2_split1") / PROVISIONAL_FILE)
-    assert first.stopped_early.startswith("provisional") and first.throughput < 150, first  # the cold steps
+    # Its provisional figure is the cold steps', or, where a loaded box read the stop late and the run went on past
+    # them, the steps after them (core/steady.py left the cold ones out as warm-up): either way it was run again.
+    assert first.stopped_early.startswith("provisional") and (first.throughput < 150 or first.transient_steps > 0), first
     assert rows[(2, 1)]["status"] == "ok" and float(rows[(2, 1)]["throughput_samples_per_s"]) > 230
     assert re.search(r"recommended accum=2 split=1", proc.stdout), proc.stdout
     assert "stopped provisionally after" in proc.stdout and "running it again in full" in proc.stdout
