@@ -35,52 +35,10 @@ import sys
 import time
 import weakref
 
+from _sweep_probe_import import AfterImport
 from _sweep_probe_oom import OOM_MESSAGES, OomRecords, callers_frames, is_oom  # noqa: F401 - OOM_MESSAGES: a public name here too
 
 WATCH_DEPTH = 3  # backward is followed into modules this deep in the running stack (_watch_backward)
-
-
-class AfterImport:
-    """A sys.meta_path finder that calls `then(module)` once `name` has finished importing (sitecustomize's way of
-    arming on torch's import), then leaves sys.meta_path; a failure in `then` is the probe's, never the import's."""
-
-    def __init__(self, name: str, then) -> None:
-        self.name, self.then = name, then
-
-    def remove(self) -> None:
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-
-    def find_spec(self, name, path=None, target=None):
-        if name != self.name:
-            return None
-        for finder in [f for f in sys.meta_path if f is not self]:
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        after = self
-
-        class _Loader:
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                module.__spec__.loader = module.__loader__ = loader  # the module sees its own loader
-                loader.exec_module(module)
-                after.remove()
-                after.then(module)  # never raises (the probe's then records its own failure)
-
-            def __getattr__(self, attr):
-                return getattr(loader, attr)
-
-        spec.loader = _Loader()
-        return spec
 
 
 class ModuleAndOomHooks(OomRecords):

@@ -19,8 +19,13 @@ def _arm_probe() -> None:
     try:
         if "torch" in sys.modules:  # imported already (this file was run late): arm now
             _arm_now()
-        elif not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
-            sys.meta_path.insert(0, _TorchImportHook())
+            return
+        from _sweep_probe_import import AfterImport  # beside this file: the probe's boot dir
+
+        # Arms right after `torch` finishes importing; nothing else is imported or run before that (a process that
+        # never imports torch only carries this object).
+        if not any(isinstance(f, AfterImport) and f.name == "torch" for f in sys.meta_path):
+            sys.meta_path.insert(0, AfterImport("torch", lambda module: _arm_now()))
     except Exception as exc:  # noqa: BLE001 - record, never break the user's process
         _note_failure(f"the probe could not arm: {type(exc).__name__}: {exc}")
 
@@ -34,45 +39,6 @@ def _arm_now() -> None:
         _sweep_probe.arm_quietly(os.environ["SWEEP_PROBE_DIR"])
     except Exception as exc:  # noqa: BLE001
         _note_failure(f"the probe could not arm: {type(exc).__name__}: {exc}")
-
-
-class _TorchImportHook:
-    """A sys.meta_path finder that arms the probe right after `torch` finishes importing; nothing else
-    is imported or run before that (a process that never imports torch only carries this object)."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch":
-            return None
-        import sys
-
-        for finder in [f for f in sys.meta_path if f is not self]:
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        hook = self
-
-        class _ArmingLoader:
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                module.__spec__.loader = module.__loader__ = loader  # torch sees its own loader
-                loader.exec_module(module)
-                if hook in sys.meta_path:
-                    sys.meta_path.remove(hook)
-                _arm_now()
-
-            def __getattr__(self, attr):
-                return getattr(loader, attr)
-
-        spec.loader = _ArmingLoader()
-        return spec
 
 
 def _note_failure(message: str) -> None:
