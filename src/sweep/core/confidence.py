@@ -271,7 +271,8 @@ def confidence_score(
     # answer its one cold step hid: until it is measured in full (orchestration/remeasure.py), no 80 or above.
     # Likewise a pair that could be the answer (the leader, or one no pair measured in full outranks) whose whole
     # figure rests on a step or two: the score's 80 and above are earned by steps, never assumed.
-    thin = [r for r in results.values() if thinly_measured(r) and (r.key == leader_key(results) or not outranked_by_measured(r, results))]
+    lead = leader_key(results)
+    thin = [r for r in results.values() if thinly_measured(r) and (r.key == lead or not outranked_by_measured(r, results))]
     if cut_short or thin:
         p = min(p, UNMEASURED_CAP)
     return max(0, min(99, int(round(100 * p))))
