@@ -11,7 +11,10 @@ optimizer step and records) on a model too small to hide anything, and sets the 
 measured there against the demo step's median. Each figure is given in wall time and in the CPU time of
 the step's thread (one intra-op thread): on a loaded host the latter is the one to read.
 
-    PYTHONPATH=src python bench/bench_probe.py [--rounds 64] [--steps 6] [--batch 32 --accum 4 --split 2]
+It runs once per accumulation in --accums (default 1 and 8): a cost that grows with the backward passes of a
+step would weigh more on pairs with more accumulation and tilt close calls toward less (issue 50).
+
+    PYTHONPATH=src python bench/bench_probe.py [--rounds 64] [--steps 6] [--batch 32 --accums 1,8 --split 2]
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=64, help="ABBA rounds: each has an armed and a disarmed block (16 leave a +-5%% interval on a shared host)")
     p.add_argument("--steps", type=int, default=6, help="optimizer steps per block (the first is left out)")
     p.add_argument("--batch", type=int, default=32, help="global batch (one process)")
-    p.add_argument("--accum", type=int, default=4)
+    p.add_argument("--accums", default="1,8", help="accumulations to measure at, comma-separated")
     p.add_argument("--split", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
@@ -88,13 +91,19 @@ def main() -> int:
     configure_cpu_allocator()  # as the trial does
     rng = np.random.default_rng(args.seed)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    per_device = args.batch // args.accum
+    for accum in [int(a) for a in args.accums.split(",") if a.strip()]:
+        one_accumulation(args, accum, device, rng)
+    return 0
+
+
+def one_accumulation(args: argparse.Namespace, accum: int, device: torch.device, rng: np.random.Generator) -> None:
+    per_device = args.batch // accum
     demo = RNNTWorkload(RNNTWorkloadConfig(), device)
     demo.warm_up(per_device)
-    times, cpu = interleaved(demo, per_device, args.accum, args.split, args.rounds, args.steps)
+    times, cpu = interleaved(demo, per_device, accum, args.split, args.rounds, args.steps)
     ratio, low, high = ratio_with_interval(times, rng)
     cpu_ratio, cpu_low, cpu_high = ratio_with_interval(cpu, rng)
-    print(f"built-in workload (the CPU demo model), global batch {args.batch}, accum {args.accum}, split {args.split}, "
+    print(f"built-in workload (the CPU demo model), global batch {args.batch}, accum {accum}, split {args.split}, "
           f"{args.threads} thread(s), {device}: {times[True].size} armed and {times[False].size} disarmed steps, interleaved")
     print(f"  median step: armed {np.median(times[True]) * 1e3:.2f} ms, disarmed {np.median(times[False]) * 1e3:.2f} ms")
     print(f"  overhead (wall): {100 * (ratio - 1):+.2f}% (ratio {ratio:.4f}; 95% bootstrap interval {low:.4f}-{high:.4f})")
@@ -105,11 +114,10 @@ def main() -> int:
     tiny = RNNTWorkload(RNNTWorkloadConfig(feat_dim=4, frames=8, label_len=2, vocab=8, enc_hidden=4, enc_layers=2,
                                            pred_hidden=4, joint_hidden=4), device)
     tiny.warm_up(args.split)
-    _, small = interleaved(tiny, args.split, args.accum, args.split, args.rounds * 4, args.steps)
+    _, small = interleaved(tiny, args.split, accum, args.split, args.rounds * 4, args.steps)
     cost = float(np.median(small[True]) - np.median(small[False]))
     print(f"  probe's own CPU cost per step (same accum/split on a tiny model, medians {np.median(small[True]) * 1e6:.0f} vs "
           f"{np.median(small[False]) * 1e6:.0f} us): {cost * 1e6:.0f} us = {100 * cost / np.median(cpu[False]):.2f}% of the demo step's CPU time")
-    return 0
 
 
 if __name__ == "__main__":

@@ -31,8 +31,10 @@ ARGV_SHAPES = [
     # no accumulation token: the global batch is how the framework is told it (Megatron derives it)
     (["torchrun", "train.py", "--micro-batch-size={per_device_batch}", "--global-batch-size={global_batch_size}"],
      "--micro-batch-size=8 --global-batch-size=64"),
-    # the batch only in workload.env: sweep's own names, never a framework's
-    (["python", "train.py"], "per_device_batch=8 accum=8 split=1"),
+    # no batch token to paste (the batch only in workload.env, as a value no variable holds alone): one line saying so,
+    # with the pair in sweep's own names, never a framework's flags (issue 50)
+    (["python", "train.py"], "none to paste: workload.argv and workload.env set no batch flag sweep can name; the pair is "
+                             "per_device_batch=8 accum=8 split=1"),
 ]
 
 

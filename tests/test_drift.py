@@ -88,15 +88,19 @@ def test_the_answer_and_its_score_rest_on_both_timings_of_each_re_timed_pair() -
     assert basis["accum4_split2"].throughput == pytest.approx(math.sqrt(845.2 * 989.0))
     assert results["accum4_split2"].throughput == 845.2  # the trial's own record is not changed
     assert confidence_score(cands, basis, run_to_run=swapped.noise) <= 60
-    note = pooled_note(results, basis, "accum4_split2", "samples/s")
-    assert note is not None and "accum=4 split=2 leads on both timings" in note and "the table ranks by the sweep's own figures" in note
+    note = pooled_note(results, basis, "accum4_split2", "samples/s", swapped)
+    # Every figure the ranking used, each true of the numbers it names: it trails on the sweep's timing and leads on the
+    # drift check's and on their geometric mean (no claim that it "leads on both timings", nor that the table differs).
+    assert note == ("accum=4 split=2 ranks above accum=8 split=1 on both timings of each re-timed pair (their geometric mean): "
+                    f"{math.sqrt(845.2 * 989.0):.1f} against {math.sqrt(998.5 * 827.0):.1f} samples/s; "
+                    "845.2 against 998.5 on the sweep's timings, 989.0 against 827.0 on the drift check's")
     agreeing = drift([pair(8, 998.5, 990.0), pair(4, 845.2, 850.0, split=2)], 0.07)
     assert ranked_ok(pooled(results, agreeing))[0].key == "accum8_split1"
     assert confidence_score(cands, pooled(results, agreeing), run_to_run=agreeing.noise) >= 90
-    assert pooled_note(results, pooled(results, agreeing), "accum8_split1", "samples/s") is None
+    assert pooled_note(results, pooled(results, agreeing), "accum8_split1", "samples/s", agreeing) is None
     # A faster pair passed over for its memory (tight) is not the first figures' answer: no note where both agree.
     tight = {**results, "accum2_split1": replace(ok(2, 1, 1500.0), tight=True)}
-    assert pooled_note(tight, pooled(tight, agreeing), "accum8_split1", "samples/s") is None
+    assert pooled_note(tight, pooled(tight, agreeing), "accum8_split1", "samples/s", agreeing) is None
 
 
 def ok_result(accum: int, split: int, tp: float) -> TrialResult:
@@ -190,11 +194,12 @@ def test_a_sweep_whose_pairs_drift_scores_with_the_noise_seen(tmp_path) -> None:
     assert rec["run_to_run_noise"] == pytest.approx(rec["drift"]["scored_with"], abs=1e-6)
     assert [(p["accum"], p["split"], round(p["moved"], 2)) for p in rec["drift"]["retimed"]] == [(1, 2, -0.3), (1, 1, 0.3)]
     assert rec["confidence"] < assumed_score  # the score on the assumed 1% was higher
-    # The re-timing swapped the two: on both timings of each (1200 and 840 against 1100 and 1430) split=1 leads, and the
-    # answer rests on both (core/drift.pooled), saying why it is not the table's first row.
-    print(proc.stdout)
+    # The re-timing swapped the two: on both timings of each (1200 and 840 against 1100 and 1430) split=1 ranks first,
+    # and the answer and the table both rest on both (core/drift.pooled); the note names each figure.
     assert (rec["accum"], rec["split"]) == (1, 1), rec
-    assert rec["drift_note"].startswith("accum=1 split=1 leads on both timings of each pair, the sweep's and the drift check's ("), rec
+    assert rec["drift_note"].startswith("accum=1 split=1 ranks above accum=1 split=2 on both timings of each re-timed pair"), rec
+    assert re.search(r"1,?10\d\.\d against 1,?20\d\.\d on the sweep's timings, 1,?4\d\d\.\d against 8\d\d\.\d on the drift check's",
+                     rec["drift_note"]), rec
     assert rec["drift_note"] in proc.stdout and re.search(r"^recommended accum=1 split=1: ", proc.stdout, re.M), proc.stdout
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("drift")]
     assert "above the 1.0% assumed" in line
@@ -203,7 +208,10 @@ def test_a_sweep_whose_pairs_drift_scores_with_the_noise_seen(tmp_path) -> None:
     assert again is not None and again.throughput == pytest.approx(1200 * 0.7, rel=0.01)
     df = load(sweep_dir)
     assert df.loc[df["split"] == 2, "throughput_samples_per_s"].item() == pytest.approx(1200, rel=0.01)
+    assert df.loc[df["split"] == 2, "retimed_throughput_samples_per_s"].item() == pytest.approx(1200 * 0.7, rel=0.01)
     assert len(df) == 2
+    # ... and ranks by both, as the recommendation does: its rank 1 is the answer.
+    assert df.loc[df["rank"] == 1, ["accum", "split"]].values.tolist() == [[1, 1]]
 
 
 # The sweep's two trials run at once; every later start (a re-timing) waits for the test's `go` file first, so that

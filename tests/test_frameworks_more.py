@@ -110,7 +110,8 @@ def probe_times(trial_dir: Path, accum: int) -> tuple[str, list[int], dict[int, 
     dirs = sorted({p.parent for p in trial_dir.rglob("*.jsonl") if '"kind"' in p.read_text()[:200]})
     assert len(dirs) == 1, f"probe records expected in one dir of {trial_dir}, found {dirs}"
     report = read_probe(dirs[0])
-    backwards = sum(len(ats) for _, ats in report.backward_ats.values())
+    # Where a torch.optim step exists the probe writes no record per backward pass (issue 50): its steps count them.
+    backwards = sum(len(ats) for _, ats in report.backward_ats.values()) or sum(s.backwards or 0 for s in report.steps)
     if report.step_times_s:
         return OPTIMIZER_STEPS, report.ranks, {s.index: s.seconds for s in report.steps}, backwards
     ranks = sorted({rank for rank, _ in report.backward_ats.values()})

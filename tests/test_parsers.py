@@ -76,7 +76,7 @@ LINES = [
     (MYRTLE, "  Decoded:   the cat sat on the mat", None),
     # regex: a tqdm postfix, and per-step lines with step and step time
     (TQDM_RE, "Epoch 1:  40%|####      | 4/10 [00:02<00:03,  1.95it/s, loss=3.2, samples/s=1398.2]",
-     dict(throughput=1398.2, step=None, step_time_s=None)),
+     dict(throughput=1398.2, step=1, step_time_s=None)),  # no step group: each matching line a step of its own, in order
     (STEP_RE, "2024-01-02 10:11:12 INFO train: step 20/100 loss 3.10 731.5 ms/step 1,399.8 samples/s",
      dict(throughput=1399.8, step=20, step_time_s=pytest.approx(0.7315))),
     (STEP_RE, "2024-01-02 10:11:12 INFO eval: wer 12.1", None),
@@ -558,3 +558,20 @@ def test_caiman_asr_with_two_step_lines_uses_them_not_the_epoch_average() -> Non
     average = next(f for f in s.figures if f.measurement.step is None and f.measurement.epoch == 2)
     assert (average.role, average.note) == (IGNORED, "per-step figures are used")
     assert [f.measurement.value for f in s.figures if f.role == MEASURED] == [1400.0, 1420.0]
+
+
+def test_a_regex_without_a_step_group_reads_lines_once_a_step_as_per_step_figures() -> None:
+    """Issue 50: a pattern with no `step` group (docs/trainers.md: optional) read each line as an average, of which the
+    summary kept one, the first after the warm-up, and the cross-check then put the log 25% from the probe. Each line is
+    a step's figure, numbered in order, and the summary is their median; with `epoch` alone a line is an epoch's average."""
+    from sweep.parsers.throughput import BatchContext, summarize
+
+    rates = [500, 1250, 1000, 1010, 990, 1005, 995, 1000, 1002, 998]  # the warm-up's, then a first step 25% fast
+    log = "".join(f"throughput {r} samples/s\n" for r in rates).encode()
+    figures = parse_all({"type": "regex", "pattern": r"throughput (?P<throughput>[\d.]+) samples/s"}, log)
+    assert [m.step for m in figures] == list(range(1, len(rates) + 1))
+    summary = summarize(figures, BatchContext(global_batch_size=64), skip_first=1)
+    assert summary.value == pytest.approx(1000.0, abs=5) and summary.measured == len(rates) - 1, summary.note
+    assert "per-step figures" in summary.note
+    epochs = parse_all({"type": "regex", "pattern": r"epoch (?P<epoch>\d+) avg (?P<throughput>[\d.]+)"}, b"epoch 1 avg 900\nepoch 2 avg 1000\n")
+    assert [(m.epoch, m.step) for m in epochs] == [(1, None), (2, None)]  # an epoch's average stays one

@@ -45,8 +45,9 @@ RACES = [
     ("ten times slower, six steps", [0.1, 0.12, 0.08, 0.1, 0.12, 0.08], True),
     ("ten times slower, five steps: too few for a 95% interval", [0.1, 0.12, 0.08, 0.1, 0.12], False),
     ("as fast as the leader", STEADY, False),
-    ("overlapping: within the margin", [0.0103, 0.0104, 0.0102, 0.0103, 0.0104, 0.0102], False),
-    ("one outlier step reaches the leader's interval", [0.1, 0.1, 0.1, 0.1, 0.1, 0.0099], False),
+    ("overlapping: within the margin", [0.0102, 0.0103, 0.0101, 0.0102, 0.0103, 0.0101], False),
+    # Issue 50: a slow step counts in the wall-time figure, and widens its interval into the leader's: not stopped on it.
+    ("one outlier step reaches the leader's interval", [0.0101, 0.0100, 0.0101, 0.0100, 0.0101, 0.03], False),
     ("no steps yet", [], False),
 ]
 

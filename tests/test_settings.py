@@ -45,7 +45,7 @@ def test_hydra_merges_overrides_into_the_twin_and_the_edge_gets_the_frozen_spec(
 
 def test_the_rules_refuse_in_one_line_naming_the_key_the_value_and_what_is_valid() -> None:
     assert refusal(MachineConfig(num_devices=0), "machine.") == "machine.num_devices=0 is not valid: expected a positive integer"
-    assert refusal(MachineConfig(memory_gib=float("inf")), "machine.") == "machine.memory_gib=inf is not valid: expected a positive number of GiB"
+    assert refusal(MachineConfig(memory_gib=float("inf")), "machine.") == "machine.memory_gib=inf is not valid: expected a positive number of GiB, or null (unset)"
     assert refusal(MachineConfig(device="tpu"), "machine.") == "machine.device='tpu' is not valid: expected one of cpu, cuda"
     assert refusal(SearchConfig(max_trials=True), "search.") == "search.max_trials=True is not valid: expected a positive integer, or null"
     assert refusal(TrialConfig(memory_margin=None), "trial.") is None  # optional: the device's default

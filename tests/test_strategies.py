@@ -204,7 +204,8 @@ def test_staircase_finds_the_best_with_far_fewer_trials(name, max_in_flight):
     assert land.best().key in stair  # type: ignore[union-attr]
     # The leader is the best or lost to it by noise: 8 steps at 3% scatter resolve ~4%, not 3%.
     assert leader_ratio(land, stair) >= 0.96
-    assert len(stair) <= 12 < len(grid) / 2
+    # 12 before issue 50, now up to two more: the leader's neighbours that the throughput ordering alone ranks below it.
+    assert len(stair) <= 14 < len(grid) / 2
 
 
 @pytest.mark.parametrize("max_in_flight", [1, 3])
@@ -224,6 +225,8 @@ def test_staircase_follows_the_seed_procedure():
         "accum8_split1", "accum2_split1", "accum4_split1",
         # step 3: constant product; a joint OOM is retried with the split doubled
         "accum4_split2", "accum2_split4", "accum2_split8", "accum1_split16", "accum1_split32", "accum1_split64",
+        # the leader's next smaller joint batch and micro-batch, which the throughput ordering alone ranks below it
+        "accum2_split16", "accum4_split4",
     ]  # fmt: skip
     assert res["accum2_split4"].oom_phase == PHASE_JOINT
     assert leader_key(res) == "accum2_split8" == land.best().key  # type: ignore[union-attr]
@@ -258,11 +261,15 @@ def test_staircase_is_stateless_so_resume_and_reorder_are_safe():
     assert make_strategy("staircase", land.candidates()).propose(res, ()) == Proposal([], done=True)
 
 
-@pytest.mark.parametrize("tight, proposed", [(False, []), (True, ["accum2_split8"])])
+@pytest.mark.parametrize("tight, proposed", [
+    (False, ["accum2_split8"]), (True, ["accum2_split8", "accum4_split4", "accum8_split2"]),
+])
 def test_a_tight_leader_has_its_split_doubled_neighbour_tried(tight, proposed):
     """The built-in CPU sweep's staircase (global batch 16, one device): (2, 4) leads but is tight.
-    Its joint in twice the chunks, (2, 8), needs less memory and may beat every roomy pair; a
-    roomy (2, 4) would outrank it, and the staircase would be done."""
+    Its joint in twice the chunks, (2, 8), needs less memory and may beat every roomy pair. A roomy
+    (2, 4) is the answer, and the ordering ranks (2, 8) below it only as a prior: its next joint batch down, run
+    before the search ends (issue 50; its next micro-batch down, (4, 2), ran), as are the roomy answer (4, 2)'s
+    neighbours when (2, 4) is tight."""
     cands = enumerate_candidates(16, 1)
     ran = functools.partial(result, gbs=16, devices=1)
     finished = {r.key: r for r in (
@@ -271,12 +278,17 @@ def test_a_tight_leader_has_its_split_doubled_neighbour_tried(tight, proposed):
     )}
     prop = make_strategy("staircase", cands).propose(finished, ())
     assert [c.key for c in prop.candidates] == proposed and prop.done == (not proposed)
-    if proposed:  # once (2, 8) ran, roomy or not, nothing is left to try
-        finished["accum2_split8"] = ran(2, 8, thr=100.0)
-        assert make_strategy("staircase", cands).propose(finished, ()) == Proposal([], done=True)
+    # once they ran (slower), roomy or not, nothing is left to try
+    finished.update((r.key, r) for r in (ran(2, 8, thr=100.0), ran(4, 4, thr=70.0), ran(8, 2, thr=60.0)))
+    assert make_strategy("staircase", cands).propose(finished, ()) == Proposal([], done=True)
 
 
-@pytest.mark.parametrize("tight_figures, proposed", [((98.8, 92.8, 111.6), ["accum2_split8"]), ((90.0, 85.0, 95.0), [])])
+NEIGHBOURS_OF_8_1 = ["accum8_split2", "accum16_split1"]  # the roomy answer (8, 1)'s neighbours below it (issue 50)
+
+
+@pytest.mark.parametrize("tight_figures, proposed", [
+    ((98.8, 92.8, 111.6), ["accum2_split8", *NEIGHBOURS_OF_8_1]), ((90.0, 85.0, 95.0), NEIGHBOURS_OF_8_1),
+])
 def test_a_tight_pair_the_roomy_leader_does_not_clearly_outrun_has_its_split_doubled_neighbour_tried(
     tight_figures, proposed
 ):
@@ -312,11 +324,12 @@ class _EveryOkTight:
 
 @pytest.mark.parametrize("name", sorted(LANDSCAPES))
 def test_when_every_ok_pair_is_tight_the_staircase_costs_at_most_two_more_trials(name):
-    """Nothing roomy outranks then, and each tight leader adds a neighbour: the climb still ends."""
+    """Nothing roomy outranks then, and each tight leader adds a neighbour: the climb still ends. (A roomy answer's
+    neighbours below it are run too, issue 50; with nothing roomy there is no such answer.)"""
     land = LANDSCAPES[name]
     roomy = run_sweep(make_strategy("staircase", land.candidates()), land)
     tight = run_sweep(make_strategy("staircase", land.candidates()), _EveryOkTight(land))
-    assert len(roomy) <= len(tight) <= len(roomy) + 2
+    assert len(tight) <= len(roomy) + 2
 
 
 def test_spare_slots_get_the_last_stairs_split_doubled_pair_with_spare_retry():
@@ -328,7 +341,8 @@ def test_spare_slots_get_the_last_stairs_split_doubled_pair_with_spare_retry():
     stairs = [c.key for c in make_strategy("staircase", land.candidates()).propose(step2, ()).candidates]
     spare = [c.key for c in make_strategy("staircase", land.candidates(), spare_retry=True).propose(step2, ()).candidates]
     assert stairs == ["accum4_split2", "accum2_split4", "accum1_split8"]
-    assert spare == [*stairs, "accum1_split16"]
+    # then the answer so far (8, 1)'s neighbours below it, which the search runs before it ends anyway (issue 50)
+    assert spare == [*stairs, "accum1_split16", "accum8_split2", "accum16_split1"]
     # The retry is offered while the last stair runs; once the stair ran out of memory, the walk itself goes there.
     assert make_strategy("staircase", land.candidates(), spare_retry=True).propose(step2, stairs).candidates[0].key == "accum1_split16"
     # Only the staircase has stairs: the grid takes the option and ignores it.

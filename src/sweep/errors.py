@@ -2,7 +2,7 @@
 
 `SweepError` is what a user can fix: `python -m sweep` prints it as one line and exits 2. The
 others keep the bases their callers catch them by (ValueError, say); the modules that raise
-them re-export them under their old names (`sweep.core.space.SpaceError`, `sweep.api.LoadError`).
+them re-export them under their old names (`sweep.core.space.SpaceError`, `sweep.analysis.api.LoadError`).
 This module imports nothing, so the pure core may import it.
 """
 

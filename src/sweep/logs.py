@@ -146,7 +146,7 @@ def _probe_dir(args: argparse.Namespace) -> Path | None:
 
 
 def _print_probe(out: TextIO, record_dir: Path, args: argparse.Namespace, log: ThroughputSummary | None) -> None:
-    """The probe's figures for the same run, and whether the log's median agrees with them."""
+    """The probe's figures for the same run (samples over the wall time of its timed steps), and whether the log's agree."""
     from sweep.core.stats import throughput_summary
     from sweep.probe import read_probe
 

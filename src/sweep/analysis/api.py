@@ -10,7 +10,8 @@ this schema, in this column order, whatever the source:
 | workload                        | string   | workload name                                                     |
 | global_batch_size               | Int64    | samples per optimizer step over all devices                       |
 | num_devices                     | Int64    | data-parallel devices per trial                                   |
-| rank                            | Int64    | 1 = fastest; <NA> unless status is ok                             |
+| rank                            | Int64    | 1 = fastest by ranked_throughput_samples_per_s (the figure the    |
+|                                 |          | recommendation rests on); <NA> unless status is ok                |
 | accum                           | Int64    | grad_accumulation_batches                                         |
 | split                           | Int64    | batch_split_factor                                                |
 | per_device_batch                | Int64    | global_batch_size / (accum * num_devices); <NA> if not an integer |
@@ -21,7 +22,8 @@ this schema, in this column order, whatever the source:
 | throughput_samples_per_s        | float64  | median samples/s over the measured steps                          |
 | throughput_low_samples_per_s    | float64  | lower end of the 95% interval of that median                      |
 | throughput_high_samples_per_s   | float64  | upper end of that interval                                        |
-| speedup                         | float64  | throughput / that of the split=1 baseline (smallest ok accum)     |
+| speedup                         | float64  | ranked throughput / that of the split=1 baseline (smallest ok     |
+|                                 |          | accum), both the figures the rank rests on                         |
 | peak_mem_gib                    | float64  | peak device memory, GiB                                           |
 | wall_s                          | float64  | the trial's wall time incl. start-up, seconds                     |
 | steps_measured                  | Int64    | timed optimizer steps                                             |
@@ -36,6 +38,11 @@ this schema, in this column order, whatever the source:
 | capacity_gib                    | float64  | the device memory the peak is measured against, GiB               |
 | measured_by                     | string   | what gave the figure: probe: optimizer steps, probe: backward     |
 |                                 |          | passes (no torch.optim step), or log                              |
+| retimed_throughput_samples_per_s | float64 | the drift check's re-timing of the pair; NaN unless re-timed      |
+| ranked_throughput_samples_per_s | float64  | the figure rank and speedup rest on: the geometric mean of the    |
+|                                 |          | pair's two timings where re-timed, else its own throughput; NaN   |
+|                                 |          | unless ok                                                         |
+| ranked_throughput_low/high_...  | float64  | that figure's 95% interval                                        |
 
 The throughput columns keep their historical `_samples_per_s` names; their unit is
 `throughput_unit` (tokens/s for a trainer that counts tokens). A trials.csv written before
@@ -106,9 +113,16 @@ SCHEMA: dict[str, Any] = {
     "peak_reserved_gib": _FLOAT,
     "capacity_gib": _FLOAT,
     "measured_by": _STR,
+    "stalls": _STR,
+    "retimed_throughput_samples_per_s": _FLOAT,
+    "ranked_throughput_samples_per_s": _FLOAT,
+    "ranked_throughput_low_samples_per_s": _FLOAT,
+    "ranked_throughput_high_samples_per_s": _FLOAT,
 }
 # Columns a trials.csv from an older sweep may lack; load() fills them with missing values.
-_ADDED_COLUMNS = ("throughput_unit", "tight", "stopped_early", "headroom", "peak_reserved_gib", "capacity_gib", "measured_by")
+_ADDED_COLUMNS = ("throughput_unit", "tight", "stopped_early", "headroom", "peak_reserved_gib", "capacity_gib", "measured_by", "stalls",
+                  "retimed_throughput_samples_per_s", "ranked_throughput_samples_per_s", "ranked_throughput_low_samples_per_s",
+                  "ranked_throughput_high_samples_per_s")
 
 Source = Union[str, "os.PathLike[str]"]
 

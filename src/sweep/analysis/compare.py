@@ -16,6 +16,7 @@ the pairs in all sweeps (an outer join), sorted by accum, split, sweep_order:
 | speedup                         | float64  | within its own sweep, as in load()                                |
 | ratio_vs_first                  | float64  | throughput / the reference sweep's throughput for the same pair   |
 | within_noise                    | boolean  | True where this sweep's 95% interval overlaps the reference's; <NA> for the reference itself, a missing interval, or a pair whose per-device batch differs from the reference's |
+| ranked_throughput_samples_per_s | float64  | the figure rank rests on, as in load()                            |
 
 Sweeps at different global batch sizes or device counts run one (accum, split) at different
 per-device batches: compare() warns (IncomparableSweepsWarning, naming them) and leaves
@@ -55,6 +56,7 @@ COMPARE_COLUMNS = [
     "speedup",
     "ratio_vs_first",
     "within_noise",
+    "ranked_throughput_samples_per_s",  # appended: the figure `rank` rests on (load()'s column), for the best pair
 ]
 
 # Constant within a sweep: filled in on compare() rows for pairs the sweep did not list.

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import matplotlib
+import matplotlib.colors
 import matplotlib.ticker
 import matplotlib.transforms
 import numpy as np
@@ -78,14 +79,26 @@ RECOMMENDED_EDGE = "#d62728"
 TIGHT_EDGE = "#ff7f0e"
 
 
+RANKED = "ranked_throughput_samples_per_s"
+
+
+def ranked_figure(df: pd.DataFrame) -> pd.Series:
+    """Each row's figure as the sweep ranks it: ranked_throughput (a re-timed pair's geometric mean of both timings),
+    else the trial's own throughput (a trials.csv from before that column)."""
+    own = df["throughput_samples_per_s"].astype("float64")
+    return df[RANKED].astype("float64").fillna(own) if RANKED in df else own
+
+
 def recommended_pair(df: pd.DataFrame) -> tuple[int, int] | None:
-    """(accum, split) the sweep recommends: the fastest ok pair that is not tight (ranking.recommendation's rule)."""
-    ok = df[(df["status"] == "ok") & df["throughput_samples_per_s"].notna()]
+    """(accum, split) the sweep recommends: the fastest ok pair that is not tight (ranking.recommendation's rule), on
+    the figures the sweep ranks by (ranked_figure), so the heatmap's `rec` is recommendation.yaml's pair."""
+    ranked = df.assign(_ranked=ranked_figure(df))
+    ok = ranked[(ranked["status"] == "ok") & ranked["_ranked"].notna()]
     if ok.empty:
         return None
     tight = _tight(ok)
     pool = ok[~tight] if (~tight).any() else ok
-    best = pool.sort_values(["throughput_samples_per_s", "accum", "split"], ascending=[False, True, True]).iloc[0]
+    best = pool.sort_values(["_ranked", "accum", "split"], ascending=[False, True, True]).iloc[0]
     return int(best["accum"]), int(best["split"])
 
 
@@ -120,9 +133,9 @@ def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None, noise: float | N
     accums = sorted(int(a) for a in df["accum"].unique())
     splits = sorted(int(s) for s in df["split"].unique())
     grid = np.full((len(accums), len(splits)), np.nan)
-    ok = df[df["status"] == "ok"]
-    for _, row in ok.iterrows():
-        grid[accums.index(int(row["accum"])), splits.index(int(row["split"]))] = row["throughput_samples_per_s"]
+    figure = ranked_figure(df)  # what each cell shows and is coloured by: the figure its rank rests on
+    for i, row in df[df["status"] == "ok"].iterrows():
+        grid[accums.index(int(row["accum"])), splits.index(int(row["split"]))] = figure[i]
 
     fig = Figure(figsize=(2.0 + 1.25 * len(splits), 1.6 + 0.85 * len(accums)), layout="constrained")
     FigureCanvasAgg(fig)
@@ -131,13 +144,17 @@ def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None, noise: float | N
     finite = grid[np.isfinite(grid)]
     best = float(finite.max()) if finite.size else 1.0
     band = _TIE_SDS * noise  # in log throughput (the noise is a relative sd): within it of the best is within the noise
-    vmax = best * float(np.exp(-band))
-    vmin = min(float(finite.min()) if finite.size else vmax, best * float(np.exp(-4 * band)))  # > 0 at any noise
-    if vmin >= vmax:
-        vmin = vmax * 0.95
+    tie = best * float(np.exp(-band))  # from here up: within the noise of the best, one colour
+    vmin = min(float(finite.min()) if finite.size else tie, best * float(np.exp(-4 * band)))  # > 0 at any noise
+    if vmin >= tie:
+        vmin = tie * 0.95
+    # The bar spans every cell's value, the best included (a bar that stopped at the tie line read 211 beside
+    # cells of 635 and 819 at a noise of 49%); the colour map is flat from the tie line up, so ties still share a colour.
+    vmax = max(best, tie)
+    cmap = _flat_above(cmap, (tie - vmin) / (vmax - vmin) if vmax > vmin else 1.0)
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
-    bar = fig.colorbar(image, ax=ax, extend="max")
-    bar.set_label(f"throughput ({unit})\nabove {vmax:,.0f}: within the noise ({noise:.0%} sd) of the best", fontsize=8)
+    bar = fig.colorbar(image, ax=ax)
+    bar.set_label(f"throughput ({unit})\nabove {tie:,.0f}: within the noise ({noise:.0%} sd) of the best", fontsize=8)
 
     rec = recommended_pair(df)
     legend: dict[str, Patch] = {}
@@ -145,7 +162,7 @@ def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None, noise: float | N
     for i, row in df.iterrows():
         y, x = accums.index(int(row["accum"])), splits.index(int(row["split"]))
         if row["status"] == "ok":
-            value = row["throughput_samples_per_s"]
+            value = figure[i]
             marks = []
             if (int(row["accum"]), int(row["split"])) == rec:
                 marks.append("rec")
@@ -161,10 +178,12 @@ def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None, noise: float | N
             text = (f"#{int(row['rank'])} " if pd.notna(row["rank"]) and int(row["rank"]) <= 3 else "") + f"{value:,.0f}"
             if pd.notna(row["speedup"]):
                 text += f"\n{row['speedup']:.2f}x"
+            if "retimed_throughput_samples_per_s" in row and pd.notna(row["retimed_throughput_samples_per_s"]):
+                marks.append("retimed")  # the value shown is the geometric mean of its two timings
             if marks:
                 text += "\n" + " ".join(marks)
             # Dark text on the bright (fast) end of viridis, light text on the dark end.
-            shade = min(1.0, (value - vmin) / (vmax - vmin)) if np.isfinite(value) else 0.0
+            shade = min(1.0, (value - vmin) / (tie - vmin)) if np.isfinite(value) and tie > vmin else 1.0
             ax.text(x, y, text, ha="center", va="center", fontsize=8.5, color="black" if shade > 0.55 else "white",
                     fontweight="bold" if "rec" in marks else "normal")
             continue
@@ -195,6 +214,14 @@ def heatmap_figure(df: pd.DataFrame, one_d: bool | None = None, noise: float | N
         ax.legend(handles=list(legend.values()), loc="upper center", bbox_to_anchor=(0.5, -0.14),
                   ncol=min(len(legend), 3), fontsize=8, frameon=False)
     return fig
+
+
+def _flat_above(cmap: matplotlib.colors.Colormap, at: float) -> matplotlib.colors.Colormap:
+    """cmap stretched to reach its top colour at `at` (0..1) and flat from there: the tie band in one colour."""
+    at = min(1.0, max(1e-6, at))
+    # Entry i colours [i/n, (i+1)/n): sampled at its upper edge, the entry the tie line falls in is already the top colour.
+    n = 1024
+    return matplotlib.colors.ListedColormap([cmap(min(1.0, (i + 1) / n / at)) for i in range(n)], name="within_noise")
 
 
 def scaling(df: pd.DataFrame, path: str | Path, one_d: bool | None = None) -> Path:

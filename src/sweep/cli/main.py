@@ -70,6 +70,21 @@ def expand_resume(argv: list[str]) -> list[str]:
     return keep + rest + [f"hydra.sweep.dir={hydra_quoted(str(sweep_dir.resolve()))}"]
 
 
+def machine_before_sweep(argv: list[str]) -> list[str]:
+    """The command line with every +machine= profile ahead of the first +sweep= preset. Both are appended to the
+    defaults in the order given, and a profile's `override /workload: rnnt_base` given after a command preset would
+    replace the preset's workload under its argv (`Key 'argv' not in 'RNNTWorkloadConfig'`). In this order, the
+    documented one, the preset's workload and settings win over the profile's, whichever order they were typed in."""
+    first_sweep = next((i for i, a in enumerate(argv) if a.lstrip("+").startswith("sweep=")), None)
+    if first_sweep is None:
+        return argv
+    late_machines = [a for a in argv[first_sweep:] if a.lstrip("+").startswith("machine=")]
+    if not late_machines:
+        return argv
+    rest = [a for a in argv[first_sweep:] if a not in late_machines]
+    return argv[:first_sweep] + late_machines + rest
+
+
 def _stored_argv(sweep_dir: Path) -> list[str]:
     """The command line sweep.json recorded; a SweepError saying what is wrong, and how to go on."""
     import json
@@ -174,7 +189,7 @@ def _main(debug: bool) -> int:
 
     app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="sweep")(_task)
     try:
-        sys.argv[1:] = expand_resume(sys.argv[1:])
+        sys.argv[1:] = machine_before_sweep(expand_resume(sys.argv[1:]))
         app()
     except BrokenPipeError:
         # Output piped into `head` and closed: not an error worth a message.
@@ -233,8 +248,24 @@ def one_line_error(exc: BaseException) -> str:
             parts.append(first)
         seen = seen.__cause__ or (seen.__context__ if not seen.__suppress_context__ else None)
     line = "; ".join(parts)
+    missing_header = _missing_package_header(line)
+    if missing_header:
+        return missing_header
     hint = _key_hint(line)
     return (line + hint).replace("\n", " ")
+
+
+def _missing_package_header(line: str) -> str:
+    """A +sweep= (or +machine=) file without `# @package _global_`: Hydra files its keys under `sweep.` (or `machine.`)
+    and its `override /workload` under `workload@sweep`, and its own error names neither the file's fault nor the fix."""
+    m = re.match(r"In '(sweep|machine)/([^']+)'", line)
+    if not m:
+        return ""
+    group, name = m.groups()
+    if f"@{group}" not in line and f"Key '{group}' not in 'SweepConfig'" not in line:
+        return ""
+    return (f"{group}/{name}.yaml has no `# @package _global_` header: add that line as the file's first line (its keys, "
+            f"global_batch_size, workload, ..., are the sweep's top-level keys, as in the shipped {group} files)")
 
 
 def _yaml_or_override_error(exc: BaseException) -> str:

@@ -1,7 +1,7 @@
-"""How likely is the leader (fastest median among ok trials) to be the truly fastest feasible pair? (pure)
+"""How likely is the leader (fastest ok trial by wall-time throughput) to be the truly fastest feasible pair? (pure)
 
-1. Measured: each ok trial's log throughput ~ normal around its median, se = 1.25*sigma/sqrt(steps)
-   (sigma: robust spread of its log step times, shrunk toward the pooled one) plus the machine's
+1. Measured: each ok trial's log throughput ~ normal around its wall-time figure, with the se its 95% interval
+   states (core/stats.py: stalls widen it), shrunk toward the pooled robust step jitter, plus the machine's
    run-to-run noise (1% unless told otherwise); P_measured = P(the leader beats every other ok
    pair), by 1-D quadrature over the leader's error (error < 1e-9).
 2. Untried: a valid pair not finished, whose OOM is not implied and that no measured pair outranks,
@@ -18,21 +18,40 @@ drops out of P_measured and counts as an open pair unless a pair measured in ful
 `rejected` record (its figure failed core/validity.py's checks) and a `cancelled` one are untried too.
 A pair that ran to its own end on fewer steps (thinly_measured) stays in P_measured, but while it could be
 the answer the score stays below 80, as it does for a pair cut short.
+
+The throughput ordering is a prior, not a measurement (issue 50; core/implications.py): a pair it alone ranks
+below a measured pair is not pruned but open with a small prior (ORDER_SLIP, decaying with its distance from the
+leader), and none where the measurements contradict it (implications.ordering_breaks). The leader's neighbours
+that only the ordering ranks below it (its next smaller micro-batch and joint batch: implications.ordering_neighbours)
+cap the score below 80 while one is open: the largest micro-batch that fits can be the slower one (allocator
+retries near the memory limit), and only measuring the next one down says it is not. A rejected pair is never
+pruned by the ordering: it could not be judged, so it counts as unknown.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
 
-from sweep.core.implications import fit_implied, leader_key, no_faster_than, oom_implied, rank_order
+from sweep.core.implications import (
+    confirmed_below,
+    fit_implied,
+    leader_key,
+    near,
+    no_faster_than,
+    oom_implied,
+    ordered_below,
+    ordering_breaks,
+    ordering_neighbours,
+    rank_order,
+)
 from sweep.core.measure import MIN_INTERVAL_STEPS
-from sweep.core.schema import CANCELLED, OK, REJECTED, TrialResult
+from sweep.core.schema import CANCELLED, OK, OOM, REJECTED, TrialResult
 from sweep.core.space import Candidate
-from sweep.core.stats import interval_se, normal_pdf, special
+from sweep.core.stats import interval_se, normal_pdf, special, wall_time_se
 
 __all__ = ["confidence_score", "leader_probability", "leader_key", "open_pairs", "rank_order"]
 
@@ -42,7 +61,10 @@ TRIAL_FLOOR = 0.01  # between-trial log-throughput noise when the machine's run-
 SHRINK_STEPS = 8  # weight, in steps, of the pooled spread when estimating one trial's spread
 DEFAULT_SE = 0.05  # a result with neither step times nor an interval
 UNMEASURED_CAP = 0.79  # the most the score says while a pair that may be the answer was cut short (unmeasured)
-MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # se(median) / se(mean) for normal data
+# Prior that a pair the throughput ordering alone ranks below a measured pair is feasible and faster than the leader
+# anyway, at one doubling from the leader (* DECAY per further doubling): the ordering fails near the memory limit
+# (allocator retries), so it is a prior, not a prune. The leader's own neighbours it covers cap the score instead.
+ORDER_SLIP = 0.01
 
 # Prior that an untried pair is feasible and faster than the leader, by direction from the
 # leader in (per-device batch p, joint batch j) at d = 1 doubling. The two trade-off directions
@@ -90,35 +112,41 @@ def _normal_density_at_nodes() -> np.ndarray:
 
 
 @lru_cache(maxsize=8192)
-def _step_spread(step_times_s: tuple[float, ...]) -> tuple[float, int] | None:
-    """(robust sd of the log step times, how many) for a trial's steps; None under two.
+def _step_spread(step_times_s: tuple[float, ...]) -> tuple[float, float, int] | None:
+    """(spread of the wall-time figure, the machine's step jitter, how many steps) for a trial's steps; None under two.
 
-    The normal-scaled median absolute deviation, so slow outlier steps do not inflate it; the sample sd
-    if that is 0. Cached: a sweep rescores every finished trial each time one lands.
+    The first is the figure's own: its standard error (core/stats.py's wall_time_se, whose t-interval the table
+    prints) times sqrt(n), so that a trial's se is that of its wall-time figure, stalls and hiccups included. The
+    second is what other trials are shrunk toward: the normal-scaled median absolute deviation of the log step times
+    (the sample sd if that is 0), which one pair's stalls do not inflate for every other pair. Cached: a sweep
+    rescores every finished trial each time one lands.
     """
-    logs = np.log([t for t in step_times_s if t > 0])
-    if logs.size < 2:
+    times = [t for t in step_times_s if t > 0]
+    if len(times) < 2:
         return None
+    logs = np.log(times)
     mad = float(np.median(np.abs(logs - np.median(logs)))) / _NORMAL_MAD_SCALE
-    return (mad if mad > 0 else float(np.std(logs, ddof=1))), int(logs.size)
+    jitter = mad if mad > 0 else float(np.std(logs, ddof=1))
+    return wall_time_se(times)[0] * math.sqrt(len(times)), jitter, len(times)
 
 
 def _estimates(ok: list[TrialResult], run_to_run: float = TRIAL_FLOOR) -> dict[str, tuple[float, float]]:
     """key -> (log throughput, standard deviation of its error)."""
-    spreads: dict[str, tuple[float, int]] = {}
+    spreads: dict[str, tuple[float, float, int]] = {}
     for r in ok:
         spread = _step_spread(tuple(r.step_times_s))
         if spread is not None:
             spreads[r.key] = spread
-    # A handful of steps gives a poor spread on its own; trials on one machine share most of it.
-    dof = sum(n - 1 for _, n in spreads.values())
-    pooled = math.sqrt(sum((n - 1) * s * s for s, n in spreads.values()) / dof) if dof else 0.0
+    # A handful of steps gives a poor spread on its own; trials on one machine share most of its jitter (not its stalls,
+    # which are a pair's own: a pair that stalls keeps its wide spread, and lends none of it to the rest).
+    dof = sum(n - 1 for _, _, n in spreads.values())
+    pooled = math.sqrt(sum((n - 1) * j * j for _, j, n in spreads.values()) / dof) if dof else 0.0
     out = {}
     for r in ok:
         if r.key in spreads:
-            s, n = spreads[r.key]
+            s, _, n = spreads[r.key]
             s = math.sqrt((n * s * s + SHRINK_STEPS * pooled * pooled) / (n + SHRINK_STEPS))
-            se = MEDIAN_EFFICIENCY * s / math.sqrt(n)
+            se = s / math.sqrt(n)
         else:
             se = interval_se(r.throughput_low, r.throughput_high) or DEFAULT_SE
         out[r.key] = (math.log(r.throughput), math.sqrt(se * se + run_to_run**2))  # type: ignore[arg-type]
@@ -160,16 +188,29 @@ def unmeasured(r: TrialResult) -> bool:
 
 def thinly_measured(r: TrialResult) -> bool:
     """An ok pair that ran to its own end on fewer timed steps than a 95% interval needs (trial.measure_steps=2, a
-    trainer that stops after two steps, a busy box's warm-up leaving few): a figure, but no interval. Only where the
-    figures are steps: a log's figure may be an epoch's or a whole run's average (Myrtle's, HF's summary), whose
-    spread the parsers widen to the noise floor instead (parsers/throughput.py)."""
-    return r.status == OK and not r.stopped_early and r.measured_by != "log" and _timed_steps(r) < MIN_INTERVAL_STEPS
+    trainer that stops after two steps, a busy box's warm-up leaving few): a figure, but no interval.
+
+    A log's figures count as steps too, but for one: the parsers take an epoch's or a whole run's average (Myrtle's,
+    HF's summary) alone, one figure covering the many steps it averages, and widen its interval to the noise floor
+    (parsers/throughput.py), so a single log figure is that average, not a step. Two to five log figures are
+    per-step lines (an average is never used with others): a few steps, thin like the probe's."""
+    if r.status != OK or r.stopped_early:
+        return False
+    steps = _timed_steps(r)
+    if r.measured_by == "log" and steps <= 1:
+        return False
+    return steps < MIN_INTERVAL_STEPS
 
 
-def outranked_by_measured(c: Candidate | TrialResult, results: Mapping[str, TrialResult]) -> bool:
-    """Whether an ok pair measured in full (not unmeasured) outranks c by the throughput ordering
-    (core/implications.no_faster_than): the heuristic that rules out every untried pair it covers."""
-    return any(r.status == OK and not unmeasured(r) and r.key != c.key and no_faster_than(c, r) for r in results.values())
+def outranked_by_measured(
+    c: Candidate | TrialResult, results: Mapping[str, TrialResult], breaks: Sequence[TrialResult] | None = None
+) -> bool:
+    """Whether an ok pair measured in full (not unmeasured) outranks c by the throughput ordering, where the
+    measurements have not contradicted it (core/implications.ordered_below; breaks: implications.ordering_breaks
+    of the results, computed when not given): a prior that c is no faster, which the score keeps small."""
+    if breaks is None:
+        breaks = ordering_breaks(results)
+    return any(r.status == OK and not unmeasured(r) and r.key != c.key and ordered_below(c, r, breaks) for r in results.values())
 
 
 def scored(results: Mapping[str, TrialResult]) -> dict[str, TrialResult]:
@@ -209,9 +250,13 @@ def open_pairs(
     candidates: Sequence[Candidate],
     results: Mapping[str, TrialResult],
     predicted_oom: Mapping[str, float] | None = None,
+    unknown: Collection[str] = (),
 ) -> list[tuple[Candidate, float]]:
     """Untried pairs that could still beat the leader, each with its prior q (empty with no leader).
     A failed or timed-out pair is infeasible here; a cancelled one was never measured, so it is untried.
+    A pair the throughput ordering alone ranks below a measured pair is open with the ordering's prior
+    (ORDER_SLIP), not pruned; a rejected one (in results, or its key in `unknown`) is never ranked by the
+    ordering at all: it could not be judged.
 
     predicted_oom: {key: p_exceeds} of pairs skipped on the memory model's prediction. They are
     not proven OOM: the model's 1 - p_exceeds replaces the generic FIT_UNKNOWN as their chance to fit.
@@ -225,15 +270,22 @@ def open_pairs(
     measured = [(_direction(*_offset(r, lead)), *_offset(r, lead)) for r in ok if r.key != lead_key]
     gains = [(*_offset(r, lead), math.log(float(lead.throughput or 0.0) / float(r.throughput or 1.0)))
              for r in ok if r.key != lead_key and r.throughput and lead.throughput]
+    breaks = ordering_breaks(results)
+    rejected = set(unknown) | {k for k, r in results.items() if r.status == REJECTED}
     out = []
     for c in candidates:
         # A cancelled trial was interrupted, a rejected one measured something else: neither was measured.
         tried = c.key in results and not unmeasured(results[c.key])
         if not c.valid or tried or oom_implied(c, finished):
             continue
-        if outranked_by_measured(c, results):
-            continue  # no faster than a measured pair, which P_measured already covers
         u, w = _offset(c, lead)
+        if c.key not in rejected and outranked_by_measured(c, results, breaks):
+            # No faster than a measured pair by the ordering: a prior, small and shrinking with the distance.
+            q = ORDER_SLIP * DECAY ** (abs(u) + abs(w) - 1)
+            if predicted_oom and c.key in predicted_oom:
+                q *= max(0.0, 1.0 - predicted_oom[c.key])
+            out.append((c, q))
+            continue
         direction = _direction(u, w)
         q = Q[direction] * DECAY ** (abs(u) + abs(w) - 1)
         if predicted_oom and c.key in predicted_oom:
@@ -248,31 +300,72 @@ def open_pairs(
     return out
 
 
+def open_neighbours(
+    candidates: Sequence[Candidate], results: Mapping[str, TrialResult], predicted_oom: Mapping[str, float] | None = None
+) -> list[Candidate]:
+    """The leader's neighbours that only the throughput ordering ranks below it (implications.ordering_neighbours)
+    and that could beat it: wherever the leader is, one that was rejected (it could not be judged) or cut short
+    before its own steps confirmed the ordering (implications.confirmed_below: one step may be a cold one, and a
+    tie needs a real interval); and one never run (or cancelled) that is not implied nor predicted to OOM, while the
+    leader sits at the memory limit (a pair one step bigger does not fit: where allocator retries slow the largest
+    micro-batch that fits). While one is open no score reaches 80: the next one down is what shows whether the
+    ordering held."""
+    lead_key = leader_key(scored(results))
+    if lead_key is None:
+        return []
+    lead = results[lead_key]
+    finished = list(results.values())
+
+    def fits_not(c: Candidate) -> bool:
+        r = results.get(c.key)
+        return (r is not None and r.status == OOM) or oom_implied(c, finished) or bool(predicted_oom and c.key in predicted_oom)
+
+    at_limit = any(fits_not(c) for c in candidates if c.valid and no_faster_than(lead, c) and near(c, lead, candidates))
+    out = []
+    for c in ordering_neighbours(lead, candidates):
+        r = results.get(c.key)
+        if r is not None and (r.status == REJECTED or (r.status == OK and unmeasured(r) and not confirmed_below(r))):
+            out.append(c)  # could not be judged, or cut short before its own steps said anything
+        elif at_limit and (r is None or unmeasured(r)) and not fits_not(c):
+            out.append(c)
+    return out
+
+
 def confidence_score(
     candidates: Sequence[Candidate],
     results: Mapping[str, TrialResult],
     predicted_oom: Mapping[str, float] | None = None,
     run_to_run: float = TRIAL_FLOOR,
+    capped: bool = True,
 ) -> int | None:
     """0..99: how likely the leader is the fastest feasible pair; None when no trial ran ok.
 
     In-flight pairs count as untried. predicted_oom: see open_pairs. run_to_run: see leader_probability.
     Whether the search has ended is not an input: the score rests on the results alone, so an interim
     score and a final one mean the same thing.
+
+    capped=False: the model's probability alone, without the evidence caps below (UNMEASURED_CAP: a pair cut short,
+    a thin figure, an open neighbour of the leader). The caps are a rule, not a probability: they hold the score
+    below 80 until what the model assumes has been measured, so where the assumption held they are conservative
+    (tests/landscapes.simulate_calibration checks the model's calibration, and that the capped score is never
+    more confident than it).
     """
-    cut_short = [r for r in results.values() if r.status == OK and unmeasured(r) and not outranked_by_measured(r, results)]
+    everything = results
+    breaks = ordering_breaks(everything)
+    cut_short = [r for r in results.values() if r.status == OK and unmeasured(r) and not outranked_by_measured(r, results, breaks)]
+    rejected = {k for k, r in results.items() if r.status == REJECTED}
     results = scored(results)
     p = leader_probability(results, run_to_run)
     if p is None:
         return 0 if cut_short else None  # pairs ran ok, none measured in full yet: no evidence for any answer
-    for _, q in open_pairs(candidates, results, predicted_oom):
+    for _, q in open_pairs(candidates, results, predicted_oom, unknown=rejected):
         p *= 1.0 - q
     # A pair that fit but was cut short on a step or two, and that no pair measured in full outranks, may be the
     # answer its one cold step hid: until it is measured in full (orchestration/remeasure.py), no 80 or above.
     # Likewise a pair that could be the answer (the leader, or one no pair measured in full outranks) whose whole
     # figure rests on a step or two: the score's 80 and above are earned by steps, never assumed.
     lead = leader_key(results)
-    thin = [r for r in results.values() if thinly_measured(r) and (r.key == lead or not outranked_by_measured(r, results))]
-    if cut_short or thin:
+    thin = [r for r in results.values() if thinly_measured(r) and (r.key == lead or not outranked_by_measured(r, results, breaks))]
+    if capped and (cut_short or thin or open_neighbours(candidates, everything, predicted_oom)):
         p = min(p, UNMEASURED_CAP)
     return max(0, min(99, int(round(100 * p))))

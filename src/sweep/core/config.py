@@ -82,8 +82,10 @@ class MachineConfig:
     device: str = ruled("cpu", one_of(DEVICES))  # what each trial trains on
     num_devices: int = ruled(1, POSITIVE_INT)  # devices per trial in all (data-parallel ranks)
     nodes: int = ruled(1, POSITIVE_INT)  # hosts per trial; num_devices is split evenly across them
-    # Device memory per device; on CPU the emulated budget each rank may allocate.
-    memory_gib: float = ruled(0.0163, Rule("a positive number of GiB", above=0))
+    # Device memory per device; on CPU the emulated budget each rank may allocate. None (unset): a budget only where one
+    # was asked for: the built-in demo's emulated DEMO_MEMORY_GIB on CPU (resolved_memory_gib); a command's trials have
+    # the card (CUDA) or the host's memory (CPU), and the memory model predicts nothing against a budget no one set.
+    memory_gib: Optional[float] = ruled(None, Rule("a positive number of GiB, or null (unset)", above=0, optional=True))
     cpu_threads: Optional[int] = ruled(None, OPTIONAL_POSITIVE_INT)  # torch intra-op threads per rank; None: torch's default
     description: str = ""  # one line for humans, e.g. "8 x A100 80GB SXM"
     # Run-to-run noise: the relative sd of one pair's throughput between fresh trial processes here,
@@ -160,6 +162,20 @@ class SweepConfig:
     # Built-in trials of one device on the local launcher run in a warm worker per device group, which pays
     # interpreter start, imports and the CUDA context once (launch/warm_pool.py); false: a fresh process per trial.
     warm_workers: bool = True
+
+
+# The built-in demo's emulated device-memory budget on CPU (docs/concepts.md: 16.7 MiB past a trial's start-up
+# address space, so the CPU allocator itself runs out of memory as a card would). The demo's alone: a command workload
+# on a CPU host never inherits it (issue 50: it predicted OOMs of 0.296 GiB > 0.0163 GiB for pairs that fit).
+DEMO_MEMORY_GIB = 0.0163
+
+
+def resolved_memory_gib(memory_gib: Optional[float], device: str, builtin_demo: bool) -> Optional[float]:
+    """machine.memory_gib as the sweep runs it: the user's value, else the demo's budget for the built-in workload on
+    CPU, else None (no budget: the memory model predicts nothing, a trial's peak is read against what it has)."""
+    if memory_gib is not None:
+        return float(memory_gib)
+    return DEMO_MEMORY_GIB if builtin_demo and device == "cpu" else None
 
 
 # machine.run_to_run_noise when unset, by device. cuda: the confidence score's calibrated floor (fresh

@@ -7,9 +7,15 @@ Here the question is the sweep's instead. A running pair is stopped because it c
 warm-up and FIT_KNOWN_STEPS timed steps have passed, when
 
 1. ordering: a finished roomy pair outranks it by the throughput ordering
-   (core/implications.no_faster_than: no bigger micro-batch, no bigger joint chunk, no split
-   saving) and its own steps so far agree (its median is below that pair's). The ordering is a
-   heuristic; a pair whose first steps contradict it runs on to the rules below;
+   (core/implications.ordered_below: no bigger micro-batch, no bigger joint chunk, no split
+   saving, and no measurement has contradicted the ordering there) and its own steps so far agree
+   (its median is below that pair's). The ordering is a prior; a pair whose first steps contradict
+   it runs on to the rules below. A pair next to the one that outranks it (implications.near: within
+   one step of its micro-batch and joint batch) is where the ordering fails (the largest micro-batch
+   that fits slowed by allocator retries near the memory limit): it stops so only once its own steps
+   confirm it, NEIGHBOUR_STEPS timed steps each below that pair's 95% lower bound, or on a real
+   interval (MIN_INTERVAL_STEPS steps); a tie runs on. The score counts a neighbour stopped sooner
+   as open (core/confidence.open_neighbours);
 2. racing: its 95% interval lies wholly below the leader's (core/measure.cannot_win, with its
    guards: real intervals on both sides, a margin for run-to-run drift);
 
@@ -74,7 +80,7 @@ from dataclasses import dataclass
 
 from sweep.core.confidence import outranked_by_measured
 from sweep.core.growth import at_risk
-from sweep.core.implications import no_faster_than
+from sweep.core.implications import NEIGHBOUR_STEPS, ORDERED_STOP, confirmed_below, near, no_faster_than, ordered_below, ordering_breaks
 from sweep.core.measure import MIN_INTERVAL_STEPS, RACE_MARGIN, cannot_win, race_reason
 from sweep.core.ranking import ranked_ok, recommendable
 from sweep.core.schema import OK, TrialResult
@@ -147,8 +153,16 @@ def _holds(outer: Interval, inner: Interval) -> bool:
 
 
 def outranking(cand: Candidate, results: Mapping[str, TrialResult]) -> list[TrialResult]:
-    """The finished roomy ok pairs that outrank `cand` by the throughput ordering, fastest first."""
-    return [r for r in ranked_ok(results) if not at_risk(r) and r.key != cand.key and no_faster_than(cand, r)]
+    """The finished roomy ok pairs that outrank `cand` by the throughput ordering (where no measurement has
+    contradicted it: core/implications.ordered_below), fastest first."""
+    breaks = ordering_breaks(results)
+    return [r for r in ranked_ok(results) if not at_risk(r) and r.key != cand.key and ordered_below(cand, r, breaks)]
+
+
+def _clearly_below(times: Sequence[float], r: TrialResult, global_batch_size: int) -> bool:
+    """NEIGHBOUR_STEPS timed steps or more, each slower than r's 95% lower bound: the ordering confirmed, not a tie."""
+    low = float(r.throughput_low or r.throughput or 0.0)
+    return len(times) >= NEIGHBOUR_STEPS and all(global_batch_size / t < low for t in times)
 
 
 def cancel_reason(cand: Candidate, results: Mapping[str, TrialResult]) -> str | None:
@@ -174,6 +188,7 @@ def decision_stop(
     ahead_steps: int = FIT_KNOWN_STEPS,
     run_to_run_noise: float = 0.0,
     provisional_steps: int = 0,
+    space: Sequence[Candidate] | None = None,
 ) -> str | None:
     """Why the running trial `key` should stop now, or None while it may still change the answer.
 
@@ -182,6 +197,7 @@ def decision_stop(
     run_to_run_noise: machine.run_to_run_noise; 0 leaves tied pairs to the trial's own rule (rule 4).
     provisional_steps: where the search's first pair stops provisionally (rule 0, PROVISIONAL_STEPS);
     0 for a trial that must not (a re-run of a provisional pair, a confirmation of screened ones).
+    space: the sweep's candidates, whose values say which pairs are next to each other (rule 1); None: one doubling.
     """
     me = running[key]
     times = [t for t in me.step_times_s if t > 0]
@@ -192,11 +208,14 @@ def decision_stop(
     if still_warming(times):
         return None  # still speeding up: its figure so far is its warm-up's, which no rule may judge it by
     roomy = [r for r in ranked_ok(results) if not at_risk(r) and r.key != key]
-    # 1. the throughput ordering, where the pair's own steps agree with it
-    for r in outranking(me.cand, results):
+    # 1. the throughput ordering, where the pair's own steps agree with it; next to that pair, where they agree clearly
+    above = outranking(me.cand, results)
+    if n < MIN_INTERVAL_STEPS and any(near(me.cand, r, space) and not _clearly_below(times, r, global_batch_size) for r in above):
+        above = []  # next to a pair that outranks it, and its own steps have not yet confirmed the ordering there
+    for r in above:
         if mid < float(r.throughput or 0.0):
             return (
-                f"outranked by {r.key} (no bigger micro-batch or "
+                f"{ORDERED_STOP} {r.key} (no bigger micro-batch or "
                 f"joint chunk, and {mid:.4g} samples/s so far against its {float(r.throughput or 0.0):.4g})"
             )
     # 0. the search's first pair: a figure to order the next pairs by, its fit at the worst batch known (one that
@@ -266,6 +285,7 @@ def decision_stops(
     run_to_run_noise: float = 0.0,
     provisional_steps: int = 0,
     in_full: Collection[str] = (),
+    space: Sequence[Candidate] | None = None,
 ) -> dict[str, str]:
     """{key: reason} for every running trial that should stop now; in_full: the running trials that may
     not stop provisionally (the re-runs of provisional pairs)."""
@@ -273,7 +293,7 @@ def decision_stops(
     for key in running:
         reason = decision_stop(
             key, running, results, global_batch_size, first_pair_steps=first_pair_steps, ahead_steps=ahead_steps,
-            run_to_run_noise=run_to_run_noise, provisional_steps=0 if key in in_full else provisional_steps,
+            run_to_run_noise=run_to_run_noise, provisional_steps=0 if key in in_full else provisional_steps, space=space,
         )
         if reason:
             out[key] = reason
@@ -285,7 +305,12 @@ def is_provisional(r: TrialResult) -> bool:
     return r.status == OK and (r.stopped_early or "").startswith(PROVISIONAL)
 
 
-def provisional_contenders(results: Mapping[str, TrialResult]) -> list[str]:
+def cut_short(r: TrialResult) -> bool:
+    """An ok trial the sweep stopped on fewer timed steps than a 95% interval needs (provisionally, or by the ordering)."""
+    return r.status == OK and bool(r.stopped_early) and max(len(r.step_times_s), r.steps_measured or 0) < MIN_INTERVAL_STEPS
+
+
+def provisional_contenders(results: Mapping[str, TrialResult], space: Sequence[Candidate] | None = None) -> list[str]:
     """The provisional pairs that may still be the answer, fastest first: each is run again in full.
 
     A provisional figure rests on one step, and the search's first step is its coldest (page cache, kernel and
@@ -293,13 +318,23 @@ def provisional_contenders(results: Mapping[str, TrialResult]) -> list[str]:
     provisional pair that no pair measured in full outranks by the throughput ordering (the heuristic that
     rules out untried pairs too: core/confidence.outranked_by_measured) is run again; so is one whose median
     reaches the lower bound of the pair the recommendation would take (or is that pair). A re-run that lands
-    lower may leave another provisional pair first: that one is run again in its turn."""
+    lower may leave another provisional pair first: that one is run again in its turn.
+
+    So is a pair cut short on a step or two (provisionally or by the ordering) that is a neighbour of the answer
+    the ordering alone ranks below it (core/implications.ordering_neighbours; space: the sweep's candidates, None:
+    one doubling): the score stays below 80 until it is measured (core/confidence.open_neighbours)."""
     pool = recommendable(ranked_ok(results))
     if not pool:
         return []
     best = pool[0]
     floor = float(best.throughput_low or best.throughput or 0.0)
+    measured = [r for r in pool if not cut_short(r)]
+    beside = {
+        r.key for r in results.values()
+        if measured and cut_short(r) and not confirmed_below(r) and no_faster_than(r, measured[0]) and near(r, measured[0], space)
+    }
     return [
         r.key for r in ranked_ok(results)
-        if is_provisional(r) and (r.key == best.key or float(r.throughput or 0.0) >= floor or not outranked_by_measured(r, results))
+        if (is_provisional(r) and (r.key == best.key or float(r.throughput or 0.0) >= floor or not outranked_by_measured(r, results)))
+        or r.key in beside
     ]

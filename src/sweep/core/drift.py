@@ -13,7 +13,8 @@ give a small estimate on a host that is anything but quiet (the noisy-host bench
 on a wrong answer, when scored with the point value).
 
 Either way the re-timings are evidence about the pairs the answer turns on: each re-timed pair then has two
-figures from two processes, and the answer and its score rest on both (pooled: their geometric mean). On a busy
+figures from two processes, and the table's rank, the answer and its score all rest on both (pooled: their geometric
+mean), so every output names the same pair. On a busy
 host the leader and the runner-up of one sweep's first figures swapped places in the re-timing as often as not;
 the first figures alone gave one sweep accum=8 split=1 at 95 while the next gave accum=4 split=2 at 99.
 """
@@ -119,9 +120,10 @@ def _geometric_mean(a: float | None, b: float | None) -> float | None:
 
 
 def pooled(results: Mapping[str, TrialResult], drift: Drift | None) -> dict[str, TrialResult]:
-    """The records the answer and its score rest on: each re-timed pair's figure and interval the geometric mean of
-    its two timings (the sweep's and the re-timing's, two processes); every other record as it is. trials.csv keeps
-    each trial's own figure: this is what the recommendation weighs, not what a trial measured."""
+    """The records every ranking of the sweep rests on (the table's rank, its speedups, the recommendation and its
+    score): each re-timed pair's figure and interval the geometric mean of its two timings (the sweep's and the
+    re-timing's, two processes); every other record as it is. trials.csv keeps each trial's own figure in its own
+    columns and this one beside it (ranking.build_table), so a reader sees both and which one ranks."""
     out = dict(results)
     if drift is None:
         return out
@@ -139,13 +141,33 @@ def pooled(results: Mapping[str, TrialResult], drift: Drift | None) -> dict[str,
     return out
 
 
-def pooled_note(results: Mapping[str, TrialResult], basis: Mapping[str, TrialResult], recommended: str, unit: str) -> str | None:
-    """One line where the answer on both timings is not the pair the sweep's first figures would recommend (the
-    fastest roomy one); None where it is."""
+def retimed_figures(results: Mapping[str, TrialResult], drift: Drift | None) -> dict[str, float]:
+    """{key: the drift check's figure} of each re-timed pair of `results` (trials.csv's retimed column)."""
+    if drift is None:
+        return {}
+    by_pair = {(r.accum, r.split): key for key, r in results.items()}
+    return {by_pair[(r.accum, r.split)]: r.again.throughput for r in drift.retimed if (r.accum, r.split) in by_pair}
+
+
+def pooled_note(results: Mapping[str, TrialResult], basis: Mapping[str, TrialResult], recommended: str, unit: str,
+                drift: Drift | None) -> str | None:
+    """One line where the answer on both timings is not the pair the sweep's first figures alone would recommend (the
+    fastest roomy one); None where it is. It states each figure the ranking used, so that every word of it can be
+    checked against the numbers beside it: the pooled pair leads on the geometric mean, not necessarily on each timing."""
     first = recommendable(ranked_ok(results))
     if not first or first[0].key == recommended or recommended not in basis:
         return None
-    lead, rival = basis[recommended], basis[first[0].key]
-    return (f"accum={lead.accum} split={lead.split} leads on both timings of each pair, the sweep's and the drift check's "
-            f"({lead.throughput:.1f} against accum={rival.accum} split={rival.split}'s {rival.throughput:.1f} {unit}); "
-            f"the table ranks by the sweep's own figures")
+    lead_key, rival_key = recommended, first[0].key
+    lead, rival = basis[lead_key], basis[rival_key]
+    again = retimed_figures(results, drift)
+
+    def figure(value: float | None) -> str:
+        return "not re-timed" if value is None else f"{value:.1f}"
+
+    def pair(r: TrialResult) -> str:
+        return f"accum={r.accum} split={r.split}"
+
+    on_sweep = f"{figure(results[lead_key].throughput)} against {figure(results[rival_key].throughput)} on the sweep's timings"
+    on_check = f"{figure(again.get(lead_key))} against {figure(again.get(rival_key))} on the drift check's"
+    return (f"{pair(lead)} ranks above {pair(rival)} on both timings of each re-timed pair (their geometric mean): "
+            f"{lead.throughput:.1f} against {rival.throughput:.1f} {unit}; {on_sweep}, {on_check}")

@@ -25,6 +25,7 @@ risk as a growing one is; retries in warm-up (a cold cache) are not counted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from sweep.core.schema import OK, OOM, TrialResult
@@ -116,10 +117,25 @@ def at_risk(r: TrialResult) -> bool:
     return bool(r.tight) or bool(risk_note(r))
 
 
+def probe_oom_step(probe_oom: str) -> int | None:
+    """The step the probe saw an OOM in (0: the first, warm-up included), from the record's probe_oom line
+    (workloads/command/probed.py writes "in MODULE during WHERE, step N, rank R: MESSAGE"); None: none seen."""
+    found = re.search(r", step (\d+), rank -?\d+", probe_oom)
+    return int(found.group(1)) if found else None
+
+
 def late_oom_note(r: TrialResult) -> str:
     """For an OOM that came after timed steps had fit (a stress step, or growth): which step, and
-    how many fitted before it; "" for any other trial."""
-    if r.status != OOM or not r.step_times_s:
+    how many fitted before it; "" for any other trial. Where the probe saw the OOM, its step is the one named: a
+    trainer that caught it and carried on timed steps after it, which fitted only at a smaller batch (issue 50)."""
+    if r.status != OOM:
+        return ""
+    seen = probe_oom_step(r.probe_oom)
+    if seen is not None:
+        if seen <= r.warmup_steps:
+            return ""  # in the warm-up: no timed step had fitted
+        return f"out of memory at step {seen} (the probe's, from 0) after {seen} steps had fitted: a late OOM"
+    if not r.step_times_s:
         return ""
     fitted = len(r.step_times_s)
     return f"out of memory at step {r.warmup_steps + fitted} after {r.warmup_steps + fitted} steps had fitted: a late OOM"

@@ -27,13 +27,26 @@ runs accum micro-batches of p samples through the encoder and per_device_total/j
 joint chunks of j samples (whatever the split), plus a fixed cost per micro-batch
 once split > 1. So a pair with no larger p and no larger j is no faster, unless
 it drops the split to 1 where the other splits.
+
+The ordering is a prior, never a measurement (issue 50). Near the memory limit it fails: PyTorch's
+caching allocator retries (flushes its cache and allocates again) in the steps that only just fit,
+so the largest micro-batch that fits can run slower than the next one down (Composer lowers its
+micro-batch on exactly that signal). Hence:
+
+* where two measured pairs contradict it (ordering_breaks: a pair it ranks below another beat that
+  one beyond both 95% intervals), it is not applied against that slower pair, nor against any pair
+  at least as big in both p and j (nearer the limit still): ordered_below;
+* the pairs next to the leader that it alone ranks below (ordering_neighbours: within one step of
+  the leader's p and j among the sweep's values) are measured before the search ends, and until
+  they are, the confidence score stays below 80 (core/confidence.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from sweep.core.measure import cannot_win
+from sweep.core.growth import timed_retries
+from sweep.core.measure import MIN_INTERVAL_STEPS, cannot_win
 from sweep.core.memory_model import PeakPrediction, fit_from_results, predicted_oom
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, OOM, PHASE_ENCODER, TrialResult
@@ -89,6 +102,127 @@ def no_faster_than(c: Candidate | TrialResult, other: Candidate | TrialResult) -
         and c.joint_batch <= other.joint_batch
         and (c.split > 1 or other.split == 1)
     )
+
+
+Pair = Candidate | TrialResult
+
+
+def _measured_in_full(r: TrialResult) -> bool:
+    """An ok figure with a real 95% interval: MIN_INTERVAL_STEPS timed steps (or log figures) or more."""
+    steps = max(len(r.step_times_s), r.steps_measured or 0)
+    return r.status == OK and bool(r.throughput_low and r.throughput_high) and steps >= MIN_INTERVAL_STEPS
+
+
+def _beats(x: TrialResult, y: TrialResult) -> bool:
+    """x is faster than y beyond both 95% intervals (racing's rule, core/measure.cannot_win: y cannot win against x)."""
+    return cannot_win(
+        (float(y.throughput_low or 0.0), float(y.throughput_high or 0.0)),
+        (float(x.throughput_low or 0.0), float(x.throughput_high or 0.0)),
+        candidate_steps=max(len(y.step_times_s), y.steps_measured or 0),
+        leader_steps=max(len(x.step_times_s), x.steps_measured or 0),
+    )
+
+
+def ordering_breaks(results: Mapping[str, TrialResult] | Iterable[TrialResult]) -> list[TrialResult]:
+    """The measured pairs the throughput ordering is wrong about on this workload: each pair measured in full that
+    a pair the ordering ranks no faster than it (no bigger p or j) beat beyond both 95% intervals."""
+    done = [r for r in (results.values() if isinstance(results, Mapping) else results) if _measured_in_full(r)]
+    return [y for y in done if any(x.key != y.key and no_faster_than(x, y) and _beats(x, y) for x in done)]
+
+
+def ordering_broken_at(other: Pair, breaks: Sequence[TrialResult]) -> bool:
+    """Whether the ordering may not rank pairs below `other`: a measurement contradicted it at `other`, or at a
+    pair no bigger in p and j (the contradiction is memory pressure's, and `other` is as near the limit or nearer)."""
+    return any(other.per_device_batch >= y.per_device_batch and other.joint_batch >= y.joint_batch for y in breaks)
+
+
+def ordered_below(c: Pair, other: Pair, breaks: Sequence[TrialResult] = ()) -> bool:
+    """no_faster_than, where the measurements have not contradicted it (ordering_broken_at): the prior's rule."""
+    return no_faster_than(c, other) and not ordering_broken_at(other, breaks)
+
+
+# What the table says of a pair the ordering got wrong, and, where its allocator retried in timed steps (CUDA:
+# core/growth.py), the known cause.
+ORDERING_NOTE = "the throughput ordering does not hold here"
+RETRY_SLOWDOWN = "allocator retries near the memory limit can make the largest micro-batch that fits slower than the next one down"
+
+
+def ordering_note(r: TrialResult, results: Mapping[str, TrialResult]) -> str:
+    """For an ok pair measured slower, beyond both intervals, than a pair the ordering ranks no faster than it: which
+    one, that the ordering does not hold there (core/confidence.py no longer applies it), and, where the pair's CUDA
+    allocator retried in its timed steps, that retries near the limit are the known cause; "" for any other pair."""
+    if not _measured_in_full(r):
+        return ""
+    faster = [x for x in results.values() if x.key != r.key and _measured_in_full(x) and no_faster_than(x, r) and _beats(x, r)]
+    if not faster:
+        return ""
+    best = max(faster, key=lambda x: float(x.throughput or 0.0))
+    note = f"slower than {best.key}, which has no bigger micro-batch or joint chunk: {ORDERING_NOTE}"
+    if timed_retries(r.step_alloc_retries, r.warmup_steps):
+        note += f" ({RETRY_SLOWDOWN})"
+    return note
+
+
+def _steps_apart(a: int, b: int, values: Sequence[int] | None) -> int:
+    """How many of the sweep's values lie from a to b (1: adjacent); without them, doublings, rounded up."""
+    if a == b:
+        return 0
+    if values and a in values and b in values:
+        lo, hi = sorted((a, b))
+        return sum(1 for v in values if lo < v <= hi)
+    lo, hi = sorted((a, b))
+    steps = 0
+    while lo < hi:
+        lo, steps = lo * 2, steps + 1
+    return steps
+
+
+def _values(space: Sequence[Candidate] | None) -> tuple[list[int] | None, list[int] | None]:
+    if not space:
+        return None, None
+    return sorted({x.per_device_batch for x in space if x.valid}), sorted({x.joint_batch for x in space if x.valid})
+
+
+def near(c: Pair, lead: Pair, space: Sequence[Candidate] | None = None) -> bool:
+    """Whether c lies within one step of lead in per-device batch and in joint batch (and is not lead): the next
+    value up or down among the sweep's valid pairs' values (space), or one doubling where the space is not given."""
+    return _near(c, lead, *_values(space))
+
+
+def _near(c: Pair, lead: Pair, ps: Sequence[int] | None, js: Sequence[int] | None) -> bool:
+    if (c.accum, c.split) == (lead.accum, lead.split):
+        return False
+    return _steps_apart(c.per_device_batch, lead.per_device_batch, ps) <= 1 and _steps_apart(c.joint_batch, lead.joint_batch, js) <= 1
+
+
+def ordering_neighbours(lead: Pair, space: Sequence[Candidate]) -> list[Candidate]:
+    """The leader's next smaller micro-batch and next smaller joint batch among the valid pairs (near), where only the
+    throughput ordering ranks them below it: at most two, one step down along each of the ordering's own axes. The
+    micro-batch one step down at the leader's joint batch (where there is none, as in a 1-D sweep whose joint batch is
+    the micro-batch, with the joint batch one step down too), and the joint batch one step down at the leader's
+    micro-batch (the next split up). On the staircase's path the first is its previous stair, already measured.
+    The ordering is a prior: these are measured before the search ends (strategies) and the score stays below 80
+    while one of them is open (core/confidence.py)."""
+    ps, js = _values(space)
+    below = [c for c in space if c.valid and no_faster_than(c, lead) and _near(c, lead, ps, js)]
+    smaller_batch = [c for c in below if c.per_device_batch < lead.per_device_batch]
+    out = [c for c in below if c.per_device_batch == lead.per_device_batch]
+    if smaller_batch:
+        out.append(max(smaller_batch, key=lambda c: c.joint_batch))
+    return out
+
+
+# How core/decision.py's rule 1 (the ordering) words its stop; a neighbour it stopped after NEIGHBOUR_STEPS timed
+# steps, every one below the outranking pair's 95% lower bound, has confirmed the ordering on its own steps.
+ORDERED_STOP = "outranked by"
+NEIGHBOUR_STEPS = 2
+
+
+def confirmed_below(r: TrialResult) -> bool:
+    """A pair the ordering stopped (decision rule 1) only once its own steps agreed: NEIGHBOUR_STEPS timed steps or
+    more, each below the outranking pair's 95% lower bound (a neighbour of that pair is never stopped sooner)."""
+    steps = max(len(r.step_times_s), r.steps_measured or 0)
+    return r.status == OK and r.stopped_early.startswith(ORDERED_STOP) and steps >= NEIGHBOUR_STEPS
 
 
 def predicted_ooms(

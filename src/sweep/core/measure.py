@@ -1,15 +1,17 @@
 """When to stop measuring a trial: adaptive measurement and racing (pure).
 
-Adaptive measurement: a trial times steps until the 95% interval of its median
-throughput (the order-statistic interval of core/stats.py's throughput_summary)
-lies within +-target_precision of the median, after at least min_steps and at
-most max_steps timed steps.
+Adaptive measurement: a trial times steps until the 95% interval of its
+wall-time throughput (samples over the wall time of its timed steps, stalls
+included: core/stats.py's throughput_summary) lies within +-target_precision of
+it, after at least min_steps and at most max_steps timed steps. A slow step
+widens that interval, so a trial with a hiccup measures longer, which dilutes it.
 
 Racing: a running trial whose interval's upper bound has fallen below the
 leader's lower bound cannot win and is stopped; its partial measurement is kept
 (status ok, `stopped_early` says why). Two guards against stopping on noise:
-both intervals must be real 95% intervals (at least MIN_INTERVAL_STEPS steps, as
-the order-statistic interval of fewer steps covers less than 95%), and the gap
+both intervals must rest on at least MIN_INTERVAL_STEPS steps (two periods of a
+stall every third step; fewer make a t-interval of a few degrees of freedom that
+a slow first step can swing), and the gap
 must exceed RACE_MARGIN, the between-trial drift a trial's own step scatter does
 not show (core/confidence.py's TRIAL_FLOOR).
 
@@ -27,7 +29,8 @@ from typing import Any
 from sweep.core.config import TrialConfig
 from sweep.core.stats import throughput_summary
 
-# Below 6 steps even the extremes bracket the median with less than 95% (core/stats.py).
+# Fewer timed steps give no interval racing, the decision or the score count as a measurement: a stall every third
+# step shows twice in 6, and a t-interval on 5 degrees of freedom is already 2.6 standard errors wide.
 MIN_INTERVAL_STEPS = 6
 RACE_MARGIN = 0.01  # relative gap required between the two intervals
 
@@ -41,7 +44,7 @@ STOP_FILE = "stop.json"
 
 
 def relative_half_widths(step_times_s: Sequence[float]) -> tuple[float, float]:
-    """How far below and above the median throughput its 95% interval reaches, as fractions of it."""
+    """How far below and above the wall-time throughput its 95% interval reaches, as fractions of it."""
     mid, low, high = throughput_summary(step_times_s, 1)
     return (mid - low) / mid, (high - mid) / mid
 
@@ -49,7 +52,7 @@ def relative_half_widths(step_times_s: Sequence[float]) -> tuple[float, float]:
 def enough_measured(
     step_times_s: Sequence[float], *, target_precision: float, min_steps: int, max_steps: int, timed_steps: int | None = None
 ) -> bool:
-    """True when timing may stop: the cap is reached, or the median is known to +-target_precision.
+    """True when timing may stop: the cap is reached, or the wall-time figure is known to +-target_precision.
 
     timed_steps: every step timed so far, where step_times_s leaves out a warm-up that outlasted trial.warmup_steps
     (core/steady.py): the cap counts those too, so a run that never settles still ends at the cap."""

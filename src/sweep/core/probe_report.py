@@ -3,6 +3,9 @@
 The probe (sweep/probe/boot/_sweep_probe.py) writes one JSON-lines file per process; sweep.probe.read_probe
 reads them and calls parse_records and summarise here. A trial's step time is its slowest rank's: the
 step is over when every rank is. Memory figures are the largest any rank reached.
+
+Only training counts (issue 50): core/training_window.py leaves out the steps that are not the training's
+(ProbeReport.left_out says which and why).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from sweep.core.schema import PHASE_ENCODER, PHASE_JOINT, PHASE_OPTIMIZER, OomPhase
+from sweep.core.training_window import training_sources, training_steps
 
 Record = Mapping[str, Any]
 
@@ -44,6 +48,8 @@ class ProbeStep:
     optimizers: int  # optimizer steps in it on the slowest rank (several optimizers: one step)
     skipped: int  # of those, how many AMP's GradScaler skipped (inf/nan gradients)
     backwards: int | None = None  # backward passes in it on the slowest rank; None: a probe that did not count them
+    forwards: int | None = None  # root modules' forward passes (gradients on) in it; None: not counted (torch.compile)
+    lr: float | None = None  # the first optimizer's learning rate at it (a plain number only)
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class ProbeReport:
     # Where no torch.optim optimizer exists: each process's backward passes at which the watched parameter had changed
     # since the one before (an update ran between them): source -> their indices (backward_per_update).
     update_backwards: dict[str, list[int]] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)  # steps that are not the training's, and why (module docstring)
 
     @property
     def step_retries(self) -> list[int]:
@@ -125,8 +132,9 @@ def _most(values: Sequence[Any]) -> int | None:
     return max(present) if present else None
 
 
-def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Sequence[str] = ()) -> ProbeReport:
-    """One report from each process's records (source: its file name, for messages)."""
+def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Sequence[str] = (), running: bool = False) -> ProbeReport:
+    """One report from each process's records (source: its file name, for messages). running: the command is still
+    running, so a process that stepped and has since exited is not its training (training_sources)."""
     per_step: dict[int, list[Record]] = {}
     ranks: set[int] = set()
     armed = False
@@ -134,8 +142,10 @@ def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Seque
     ooms: list[tuple[float, Record]] = []
     world_sizes: dict[str, int] = {}
     backward_ats: dict[str, tuple[int, list[float]]] = {}
-    torch_optimizers = False
     update_backwards: dict[str, list[int]] = {}
+    stepped: dict[str, dict[int, Record]] = {}
+    made_after: dict[str, list[int]] = {}  # source -> steps closed before each torch.optim optimizer it made
+    exited: set[str] = set()
     for source, records in sorted(records_by_source.items()):
         seen: dict[int, Record] = {}
         ats: list[float] = []
@@ -145,15 +155,20 @@ def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Seque
                 at = _number(record.get("at"))
                 if at is not None:
                     ats.append(at)
+            elif kind == "backwards":  # a batch of them (the probe writes them so since issue 50)
+                ats.extend(a for a in (_number(x) for x in record.get("ats") or ()) if a is not None)
             elif kind == "update":
                 if isinstance(record.get("backward"), int):
                     update_backwards.setdefault(source, []).append(int(record["backward"]))
             elif kind == "optimizer":
-                torch_optimizers = True
+                after = record.get("after_step")
+                made_after.setdefault(source, []).append(int(after) if isinstance(after, int) else 0)
             elif kind == "start":
                 armed = True
                 if isinstance(record.get("world_size"), int):
                     world_sizes[source] = int(record["world_size"])
+            elif kind == "exit":
+                exited.add(source)
             elif kind == "problem":
                 all_problems.append(f"{source}: {record.get('message', '')}")
             elif kind == "oom":
@@ -164,16 +179,24 @@ def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Seque
                     all_problems.append(f"{source}: a step record without step/seconds")
                     continue
                 seen[index] = record  # a step written twice (a re-armed process): the last one counts
-        for index, record in seen.items():
+        if seen:
+            stepped[source] = seen
+        if ats:
+            last_rank = next((int(r.get("rank", 0) or 0) for r in reversed(records) if r.get("kind") in ("backward", "backwards")), 0)
+            backward_ats[source] = (last_rank, ats)
+    left_out: list[str] = []
+    training = training_sources(stepped, exited, running)
+    for source in sorted(set(stepped) - training):
+        left_out.append(f"{source}: {len(stepped[source])} step(s) of a process that ended before the training ran")
+    for source in sorted(training):
+        for index, record in training_steps(source, stepped[source], made_after.get(source, []), left_out).items():
             per_step.setdefault(index, []).append(record)
             ranks.add(int(record.get("rank", 0)))
-        if ats:
-            last_rank = next((int(r.get("rank", 0) or 0) for r in reversed(records) if r.get("kind") == "backward"), 0)
-            backward_ats[source] = (last_rank, ats)
+    before_training = set(stepped) - training
+    torch_optimizers = any(source not in before_training for source in made_after)
     # A launcher (torchrun's agent) arms too and reports the task's world size, but never trains: only the
     # processes that stepped or backpropagated say how many ranks trained.
-    trained = {source for source, records in records_by_source.items() if source in backward_ats
-               or any(r.get("kind") == "step" for r in records)}
+    trained = training | (set(backward_ats) - before_training)
     stepped_world = [int(r["world_size"]) for rs in per_step.values() for r in rs if isinstance(r.get("world_size"), int)]
     trained_world = stepped_world or [size for source, size in world_sizes.items() if source in trained]
     steps = [_step(index, per_step[index]) for index in sorted(per_step)]
@@ -192,9 +215,10 @@ def summarise(records_by_source: Mapping[str, Sequence[Record]], problems: Seque
         armed=armed,
         problems=all_problems,
         world_size=max(trained_world) if trained_world else None,
-        backward_ats=backward_ats,
+        backward_ats={source: v for source, v in backward_ats.items() if source not in before_training},
         torch_optimizers=torch_optimizers or bool(per_step),
         update_backwards=update_backwards,
+        left_out=left_out,
     )
 
 
@@ -212,6 +236,8 @@ def _step(index: int, records: Sequence[Record]) -> ProbeStep:
         optimizers=int(slowest.get("optimizers", 0) or 0),
         skipped=int(slowest.get("skipped", 0) or 0),
         backwards=int(slowest["backwards"]) if isinstance(slowest.get("backwards"), int) else None,
+        forwards=int(slowest["forwards"]) if isinstance(slowest.get("forwards"), int) else None,
+        lr=_number(slowest.get("lr")),
     )
 
 
@@ -223,6 +249,13 @@ def backward_per_step(report: ProbeReport, warmup_steps: int) -> float | None:
     ordered = sorted(counts)
     mid = len(ordered) // 2
     return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def forward_per_step(report: ProbeReport, warmup_steps: int) -> float | None:
+    """The median forward passes of the root modules per optimizer step after the warm-up (core/validity.py: a loop
+    that averages its micro-batches' losses runs `accum` of them and one backward pass); None where not counted."""
+    counts = [s.forwards for s in report.steps[warmup_steps:] if s.forwards is not None]
+    return float(np.median(counts)) if counts else None
 
 
 def backward_per_update(report: ProbeReport) -> float | None:

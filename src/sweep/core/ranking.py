@@ -29,6 +29,7 @@ from sweep.core.schema import (
     TrialResult,
 )
 from sweep.core.space import Candidate
+from sweep.core.stats import stall_note
 
 # trials.csv columns, in order; units are in the names. sweep.load() documents the dtypes.
 TABLE_COLUMNS = [
@@ -62,6 +63,13 @@ TABLE_COLUMNS = [
     "peak_reserved_gib",
     "capacity_gib",
     "measured_by",
+    "stalls",  # issue 50: an ok pair's steps stall (core/stats.py stall_note); "" when they do not
+    # The drift check's (core/drift.py): the re-timing's own figure, and the figure rank and speedup rest on
+    # (the geometric mean of both timings where the pair was re-timed, else the trial's own figure) with its interval.
+    "retimed_throughput_samples_per_s",
+    "ranked_throughput_samples_per_s",
+    "ranked_throughput_low_samples_per_s",
+    "ranked_throughput_high_samples_per_s",
 ]
 
 # Row order below the ranked rows: what is still coming, then what failed and why.
@@ -125,15 +133,21 @@ def build_table(
     running: Collection[str] = (),
     live_throughput: Mapping[str, float] | None = None,
     done: bool = False,
+    judged: Mapping[str, TrialResult] | None = None,
+    retimed: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per candidate, ranked rows first. live_throughput: what running trials' logs show so far.
 
     done: the search has ended, so a candidate never run is `skipped`, not `pending`. A pair the
     memory model kept from launching comes as a `predicted_oom` record (orchestration/racing.py).
+    judged: the records the recommendation rests on (core/drift.pooled: a re-timed pair on both its timings); rank
+    and speedup follow them, so the table ranks by the recommendation's judgement. retimed: {key: the drift
+    check's figure}. The throughput columns keep each trial's own figure; the ranked_* columns hold the judged one.
     """
-    ranks = {r.key: i + 1 for i, r in enumerate(ranked_ok(results))}
-    base = baseline_key(results)
-    base_tp = results[base].throughput if base else None
+    judged = results if judged is None else {**results, **judged}
+    ranks = {r.key: i + 1 for i, r in enumerate(ranked_ok(judged))}
+    base = baseline_key(judged)
+    base_tp = judged[base].throughput if base else None
     rows = []
     for cand in candidates:
         res = results.get(cand.key)
@@ -174,7 +188,7 @@ def build_table(
                 wall_s=res.wall_s,
                 steps_measured=_steps_measured(res),
                 reason="; ".join(filter(None, (res.error, late_oom_note(res))))
-                or risk_note(res)
+                or "; ".join(filter(None, (risk_note(res), _ordering_note(res, results))))
                 or (f"stopped early: {res.stopped_early}" if res.stopped_early else ""),
                 log=res.log,
                 job_id=res.job_id,
@@ -186,12 +200,29 @@ def build_table(
                 peak_reserved_gib=res.peak_reserved_gib,
                 capacity_gib=res.capacity_gib,
                 measured_by=measured_by(res),
+                stalls=stall_note(res.step_times_s) if res.status == OK else "",
             )
-            if res.status == OK and base_tp and res.throughput:
-                row["speedup"] = res.throughput / base_tp
+            if res.status == OK and res.throughput:
+                ranked_on = judged.get(cand.key, res)
+                row.update(
+                    retimed_throughput_samples_per_s=(retimed or {}).get(cand.key),
+                    ranked_throughput_samples_per_s=ranked_on.throughput,
+                    ranked_throughput_low_samples_per_s=ranked_on.throughput_low,
+                    ranked_throughput_high_samples_per_s=ranked_on.throughput_high,
+                )
+                # From the figures the rank rests on, the baseline's too: recommendation()'s speedup is computed so.
+                if base_tp and ranked_on.throughput:
+                    row["speedup"] = ranked_on.throughput / base_tp
         rows.append(row)
     rows.sort(key=lambda r: (_STATUS_ORDER[r["status"]], r["rank"] or 0, r["accum"], r["split"]))
     return rows
+
+
+def _ordering_note(res: TrialResult, results: Mapping[str, TrialResult]) -> str:
+    """core/implications.ordering_note (imported here: implications ranks pairs with this module)."""
+    from sweep.core.implications import ordering_note
+
+    return ordering_note(res, results)
 
 
 def measured_by(res: TrialResult) -> str:
@@ -316,6 +347,9 @@ def _pct(fraction: float | None) -> str:
     return "unknown" if fraction is None else f"{fraction:.0%}"
 
 
+SURE_CONFIDENCE = 80  # the score from which the line says a pair "is the fastest" rather than that it leads so far
+
+
 def recommendation_line(rec: Mapping[str, Any] | None) -> str:
     """Cerebras-style one-liner: `recommended accum=2 split=4: 1.23x the split=1 baseline, confidence 67/100`."""
     if rec is None:
@@ -325,7 +359,9 @@ def recommendation_line(rec: Mapping[str, Any] | None) -> str:
     if rec.get("splits_apply") is False:  # 1-D: no split to name; the framework's own flags say it all
         base = (rec.get("baseline") or {}).get("accum")
         if base == rec["accum"]:
-            speed = "the least accumulation that ran ok is the fastest"
+            # "The fastest" only where the score backs it; below that the sweep knows only that it leads what ran.
+            sure = rec.get("confidence") is not None and rec["confidence"] >= SURE_CONFIDENCE
+            speed = f"the least accumulation that ran ok {'is the fastest' if sure else 'leads so far'}"
         else:
             speed = f"{rec['speedup']:.2f}x the accum={base} baseline" if rec.get("speedup") else "no baseline ran ok"
         line = f"recommended {rec['flags']} (accum={rec['accum']}): {speed}{conf}"

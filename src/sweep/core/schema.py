@@ -90,11 +90,11 @@ class TrialResult:
     error: str = ""  # one line: why the trial did not finish ok
     warmup_steps: int = 0  # optimizer steps run before timing started
     step_times_s: list[float] = field(default_factory=list)  # each measured optimizer step
-    throughput: float | None = None  # median over the measured steps, in throughput_unit
-    throughput_low: float | None = None  # 95% interval of that median (None: unknown, e.g. one figure)
+    throughput: float | None = None  # samples over wall time across the measured steps (stalls included), in throughput_unit
+    throughput_low: float | None = None  # 95% interval of that figure (None: unknown, e.g. one figure)
     throughput_high: float | None = None
     throughput_unit: str = "samples/s"  # what the figure counts: samples/s or tokens/s (issue 12)
-    steps_measured: int | None = None  # post-warm-up figures the median rests on
+    steps_measured: int | None = None  # post-warm-up figures the figure rests on
     peak_mem_gib: float | None = None  # peak device memory (CPU: resident set above the start-up baseline)
     # Built-in workload: what the budget counts at the peak, which headroom counts: on CUDA the
     # allocator's reserved peak (what the card loses), on CPU the address space the emulated cap sees.
@@ -130,6 +130,9 @@ class TrialResult:
     # Where no torch.optim optimizer exists: the median backward passes between the parameter updates the probe saw
     # (a watched parameter's values changed), the accumulation the trainer really ran.
     backward_per_update: float | None = None
+    # Median forward passes of the root modules (gradients on) per timed optimizer step: a loop that averages its
+    # micro-batches' losses and runs one backward pass still runs `accum` of them (core/validity.py). None: not counted.
+    forward_per_step: float | None = None
     log_throughput: float | None = None  # the log's own figure, in throughput_unit, where the probe gave the figure
     transient_steps: int = 0  # leading timed steps left out as still warming up (core/steady.py), after warmup_steps
     # The probe's figure over every timed step, the transient ones included: the window log_throughput (the log's own

@@ -8,9 +8,11 @@ slower than the rest, and a figure that counts them measures the warm-up, not th
    warm-up. The level and its spread are the median and the normal-scaled MAD of the later half's log
    step times; a leading step counts as warm-up while it lies above that level by more than
    TRANSIENT_SDS spreads and TRANSIENT_MIN_SLOWER at least (so run-to-run jitter never trims). Only a run of
-   slow steps at the start is trimmed: a slow step in the middle is the machine's noise, which the
-   median already shrugs off. At least MIN_KEPT steps are kept, and fewer than MIN_TO_JUDGE timed steps
-   say nothing (one step cannot show it is slow).
+   slow steps at the start is trimmed: a slow step in the middle is a stall or a hiccup, which the
+   wall-time figure counts (core/stats.py), and where such steps recur later (a trainer that stalls
+   every few steps), a leading step is warm-up only if it is slower than every one of them: a stall that
+   happens to come first is the trainer's, not warm-up. At least MIN_KEPT steps are kept, and fewer than
+   MIN_TO_JUDGE timed steps say nothing (one step cannot show it is slow).
 2. still_warming: the steps kept must show no falling trend beyond the noise (Kendall's tau against the
    step index, one-sided, p < TREND_P, and the first third's median slower than the last third's by more
    than TREND_MIN_SLOWER, and the middle third's by more than half that: still falling at the end, where a
@@ -29,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sweep.core.stats import special
+from sweep.core.stats import STALL_EPISODES, special
 
 MIN_TO_JUDGE = 4  # timed steps before the first can be called slow
 MIN_KEPT = 3  # steps always left for the figure
@@ -77,6 +79,13 @@ def _slow_leaders(times: list[float]) -> int:
     k = 0
     while k < n - MIN_KEPT and logs[k] > bound:
         k += 1
+    later_slow = logs[k:] > bound
+    if k and int(np.sum(later_slow[1:] & ~later_slow[:-1])) + int(later_slow[0]) >= STALL_EPISODES:
+        # The slow steps recur after the leading run: the trainer stalls. Only what outlasts its worst stall is warm-up.
+        worst_stall = float(logs[k:][later_slow].max())
+        k = 0
+        while k < n - MIN_KEPT and logs[k] > worst_stall:
+            k += 1
     return k
 
 

@@ -6,7 +6,10 @@ a strategy knows is recomputed from the results, so a resumed sweep picks up
 where it left off and results may land in any order.
 
 What a result implies about pairs never run (memory monotonicity, the throughput
-ordering, the memory model's predicted OOMs) lives in core/implications.py.
+ordering, the memory model's predicted OOMs) lives in core/implications.py. The
+throughput ordering is a prior there: it may skip a pair, except the leader's
+neighbours it alone ranks below the leader, which the staircase runs before it ends,
+and it is not applied against pairs whose measurements contradict it.
 """
 
 from __future__ import annotations
@@ -15,8 +18,18 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sweep.core.confidence import unmeasured
 from sweep.core.growth import at_risk
-from sweep.core.implications import may_outrun, no_faster_than, oom_implied, predicted_ooms
+from sweep.core.implications import (
+    may_outrun,
+    near,
+    no_faster_than,
+    oom_implied,
+    ordered_below,
+    ordering_breaks,
+    ordering_neighbours,
+    predicted_ooms,
+)
 from sweep.core.memory_model import PeakPrediction
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, OOM, TrialResult
@@ -54,6 +67,7 @@ class _Base:
         self.capacity_gib = capacity_gib  # per device; None: no predictions
         self.trust_memory_model = trust_memory_model
         self._predicted: set[str] = set()  # this propose() call's predicted OOMs
+        self._breaks: list[TrialResult] = []  # this propose() call's ordering_breaks: where the measurements contradict it
 
     def predicted_ooms(self, finished: Mapping[str, TrialResult]) -> dict[str, PeakPrediction]:
         """Pairs this strategy will not launch on the memory model's word, with their predictions."""
@@ -178,15 +192,17 @@ class Staircase(_Base):
         # Only a roomy pair outranks: a tight one is not the answer (ranking.recommend), so a pair
         # no faster than it may still be.
         roomy = [r for r in results if r.status == OK and not at_risk(r)]
+        self._breaks = ordering_breaks(finished)
         base, pending = self._step2(finished, results)
         if pending:
             return pending
         if base is not None:
             pending = self._step3(base, finished, results, roomy)
             if pending and self.spare_retry:
-                # For a spare slot: the last stair's split-doubled pair, what a joint-phase OOM there retries.
+                # For a spare slot: the last stair's split-doubled pair, what a joint-phase OOM there retries; then the
+                # answer so far's neighbours below it, which the search runs before it ends (_neighbours) in any case.
                 state, retry = self._first_runnable(pending[-1].accum, pending[-1].split * 2, finished, results, roomy)
-                return pending + ([retry] if state == "pending" and retry is not None else [])
+                return pending + ([retry] if state == "pending" and retry is not None else []) + self._neighbours(finished, results)
             if pending:
                 return pending
         return self._refine(finished, results, roomy)
@@ -250,7 +266,7 @@ class Staircase(_Base):
             if r is not None and r.status != OOM:
                 return "ran", c
             if r is None and not self._ruled_out(c, results):
-                return ("outranked" if any(no_faster_than(c, m) for m in roomy) else "pending"), c
+                return ("outranked" if any(ordered_below(c, m, self._breaks) for m in roomy) else "pending"), c
         return "none", None
 
     def _refine(
@@ -283,7 +299,26 @@ class Staircase(_Base):
             state, c = self._first_runnable(na, ns, finished, results, roomy)
             if state == "pending" and c is not None:
                 out.append(c)
-        return out
+        return out + self._neighbours(finished, results)
+
+    def _neighbours(self, finished: Mapping[str, TrialResult], results: list[TrialResult]) -> list[Candidate]:
+        """The ordering is a prior: the pairs next to the answer so far that it alone ranks below it (its next smaller
+        micro-batch and joint batch: implications.ordering_neighbours) are run before the search ends. Where the
+        largest micro-batch that fits is the slower one (allocator retries near the limit), the next one down is the
+        answer; elsewhere each costs a few steps (core/decision.py's rule 1 stops it once its steps confirm the ordering)."""
+        answer = next((r for r in ranked_ok(finished) if not at_risk(r) and not unmeasured(r)), None)
+        if answer is None:
+            return []
+        # Its next bigger ones too, where they may fit and only the ordering skipped them: ranked below a measured pair
+        # that did not beat the answer (a tie, or the largest micro-batch slowed), they may be the peak between the two.
+        roomy = [r for r in results if r.status == OK and not at_risk(r)]
+        bigger = [
+            c for c in self.candidates
+            if no_faster_than(answer, c) and near(c, answer, self.candidates) and any(ordered_below(c, m, self._breaks) for m in roomy)
+        ]
+        return [
+            c for c in [*ordering_neighbours(answer, self.candidates), *bigger] if c.key not in finished and not self._ruled_out(c, results)
+        ]
 
 
 # --- powers ---------------------------------------------------------------------------------

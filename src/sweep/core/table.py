@@ -4,7 +4,7 @@
 the trials.csv columns, built from the TrialResults and the SweepMeta) or the records of
 `sweep.load()`'s frame (missing values as None), and decides everything a reader sees:
 which columns, their headers (the throughput unit comes from the results), the cell text,
-the marks (`tight`, `early`), the notes on rows that did not run ok, and the lines under
+the marks (`tight`, `early`, `stalls`, `retimed`), the notes on rows that did not run ok, and the lines under
 the table. Renderers only lay it out: `render_plain` here, rich on a terminal
 (orchestration/display.py), Markdown in the report (analysis/report.py).
 """
@@ -19,18 +19,25 @@ from typing import Any
 from sweep.core.growth import GROWTH_PREFIX, RETRIES_PREFIX, RISK_PREFIXES
 from sweep.core.memory_model import counted_peak_of
 from sweep.core.schema import Status
+from sweep.core.stats import STALL_PREFIX
 
 DEFAULT_UNIT = "samples/s"
 
 # Marks shown in the `mark` column, and the legend line naming them.
 TIGHT_MARK = "tight"
 EARLY_MARK = "early"
+STALLS_MARK = "stalls"
+RETIMED_MARK = "retimed"
 _LEGEND = {
     TIGHT_MARK: "tight = ran ok with headroom below trial.memory_margin, its reserved peak still growing at its end, "
     "or the CUDA allocator retrying in timed steps: may OOM in real training",
     # Short enough to take three lines of a 60-column live view (the live view keeps its rows above it).
     EARLY_MARK: "early = stopped before its last step: more steps could not change the answer (it could not beat the leader, "
     "was ahead of every measured pair, or tied with its rivals or inside one's interval), or provisionally as the first pair",
+    STALLS_MARK: "stalls = some steps ran far slower than the typical step, again and again (a starved data loader, a periodic "
+    "sync or flush): the figure is samples over wall time, stalls included, the speed training runs at",
+    RETIMED_MARK: "retimed = timed again by the drift check: its figure is the geometric mean of both timings, the one every "
+    "ranking of the sweep rests on (each timing below)",
 }
 
 # Rows that never ran and say so in one count line instead of a row each (the dry run lists them).
@@ -65,6 +72,11 @@ class Row:
     tight: bool = False
     stopped_early: str = ""
     reason: str = ""
+    stalls: str = ""  # an ok row's stall note (core/stats.py stall_note): its steps stall, and the figure counts them
+    # A pair the drift check re-timed: throughput (and its interval) is then the figure it is ranked on, the geometric
+    # mean of both timings; these are the two timings themselves (trials.csv's own and retimed columns).
+    measured: float | None = None
+    retimed: float | None = None
 
     @property
     def marks(self) -> tuple[str, ...]:
@@ -73,13 +85,19 @@ class Row:
             marks.append(TIGHT_MARK)
         if self.stopped_early:
             marks.append(EARLY_MARK)
+        if self.stalls and self.status == Status.OK:
+            marks.append(STALLS_MARK)
+        if self.retimed is not None and self.status == Status.OK:
+            marks.append(RETIMED_MARK)
         return tuple(marks)
 
     @property
     def note(self) -> str:
         """Why it did not run ok, one line; a predicted OOM names its predicted peak and the capacity."""
         if self.status == Status.OK and self.tight and self.reason.startswith(RISK_PREFIXES):
-            return self.reason  # the figure that shows why it is tight (growth or retries)
+            return "; ".join(filter(None, (self.reason, self.stalls)))  # the figure that shows why it is tight (growth or retries)
+        if self.status == Status.OK and self.stalls:
+            return self.stalls
         if self.status in _NOT_NOTED:
             return ""
         first = self.reason.splitlines()[0] if self.reason else ""
@@ -114,8 +132,8 @@ class SweepTable:
         """The heading over the notes. An ok row has one only when its reserved peak was still growing or its
         allocator retried in timed steps; the heading names which, so it never contradicts an ok row under it."""
         ok_notes = [r.note for r in self.rows if r.status == Status.OK and r.note]
-        why = [w for prefix, w in ((GROWTH_PREFIX, "still growing"), (RETRIES_PREFIX, "retrying allocations"))
-               if any(n.startswith(prefix) for n in ok_notes)]
+        why = [w for prefix, w in ((GROWTH_PREFIX, "still growing"), (RETRIES_PREFIX, "retrying allocations"), (STALL_PREFIX, "stalling"))
+               if any(n.startswith(prefix) or f"; {prefix}" in n for n in ok_notes)]
         return f"Not run ok, or ok but {' or '.join(why)}:" if why else "Not run ok:"
 
     @property
@@ -149,6 +167,16 @@ def row_from_mapping(r: Mapping[str, Any]) -> Row:
     unit = r.get("throughput_unit")
     used = _opt(r.get("peak_mem_gib"), float)
     status = Status(str(r["status"]))
+    # The figure shown is the one the rank rests on (ranked_*, a re-timed pair's pooled figure); a row without one (not
+    # ok, a running trial's live figure, a trials.csv from before the drift check's columns) shows its own.
+    own = _opt(r.get("throughput_samples_per_s"), float)
+    ranked = _opt(r.get("ranked_throughput_samples_per_s"), float)
+    retimed = _opt(r.get("retimed_throughput_samples_per_s"), float)
+    low, high = (
+        (_opt(r.get("ranked_throughput_low_samples_per_s"), float), _opt(r.get("ranked_throughput_high_samples_per_s"), float))
+        if ranked is not None
+        else (_opt(r.get("throughput_low_samples_per_s"), float), _opt(r.get("throughput_high_samples_per_s"), float))
+    )
     return Row(
         accum=int(r["accum"]),
         split=int(r["split"]),
@@ -157,9 +185,9 @@ def row_from_mapping(r: Mapping[str, Any]) -> Row:
         per_device_batch=_opt(r.get("per_device_batch"), int),
         joint_batch=_opt(r.get("joint_batch"), int),
         oom_phase=_opt(r.get("oom_phase"), str),
-        throughput=_opt(r.get("throughput_samples_per_s"), float),
-        throughput_low=_opt(r.get("throughput_low_samples_per_s"), float),
-        throughput_high=_opt(r.get("throughput_high_samples_per_s"), float),
+        throughput=own if ranked is None else ranked,
+        throughput_low=low,
+        throughput_high=high,
         throughput_unit=None if _missing(unit) or not unit else str(unit),
         speedup=_opt(r.get("speedup"), float),
         steps_measured=_opt(r.get("steps_measured"), int),
@@ -169,6 +197,9 @@ def row_from_mapping(r: Mapping[str, Any]) -> Row:
         tight=bool(_opt(r.get("tight"), bool) or False),
         stopped_early=_opt(r.get("stopped_early"), str) or "",
         reason=_opt(r.get("reason"), str) or "",
+        stalls=_opt(r.get("stalls"), str) or "",
+        measured=own if retimed is not None else None,
+        retimed=retimed,
     )
 
 
@@ -247,6 +278,11 @@ def sweep_table(
     legend = []
     if marks:
         legend.append("; ".join(_LEGEND[m] for m in marks))
+    both = [r for r in shown if RETIMED_MARK in r.marks]
+    if both:  # both timings of each re-timed pair, beside the figure it is ranked on
+        legend.append("re-timed: " + "; ".join(
+            f"{pair(r)} {_num(r.measured, '{:,.1f}')} in the sweep and {_num(r.retimed, '{:,.1f}')} in the drift check, "
+            f"ranked on {_num(r.throughput, '{:,.1f}')}" for r in both) + f" {unit}")
     if mixed:
         legend.append(f"throughput units differ between trials ({', '.join(sorted(all_units))}): each figure carries its own")
     counts = []

@@ -29,7 +29,7 @@ from sweep.core.run_to_run import BUSY_HOST_NOISE
 from sweep.core.schema import Status, TrialResult, trial_dir
 from sweep.core.space import Candidate
 from sweep.core.spec import TrialSpec
-from sweep.core.validity import validated
+from sweep.core.validity import validated, validated_across_pairs
 from sweep.errors import SweepError
 from sweep.launch import backend as backends
 from sweep.launch.ended import ended_job_result, forget_ended
@@ -45,6 +45,7 @@ from sweep.records import atomic_write_text, collect_results, point_latest
 
 TABLE_FILE = "trials.csv"
 RECOMMENDATION_FILE = "recommendation.yaml"
+INTERIM_CAP = 79  # the most the score says while trials are running (as core/confidence.UNMEASURED_CAP for a pair cut short)
 # OSError numbers that mean "this sweep dir cannot be written": a clear error, not a traceback.
 _CANNOT_WRITE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
@@ -260,7 +261,14 @@ class Orchestrator:
             self.results[key] = res = validated(res)  # a record from before these checks, or a job that skipped them
             landed += 1
             self.display.log(landed_line(res) + (f" (stopped early: {res.stopped_early})" if res.stopped_early else ""))
+        self._judge_across_pairs()
         return landed
+
+    def _judge_across_pairs(self) -> None:
+        """A record that lands may contradict earlier ones (core/validity.validated_across_pairs): those are rejected now."""
+        for key in validated_across_pairs(self.results):
+            res = self.results[key]
+            self.display.log(f"accum={res.accum} split={res.split}: rejected on the other pairs' evidence: {res.error}")
 
     def _load_finished(self) -> None:
         unreadable: dict[str, str] = {}
@@ -268,6 +276,7 @@ class Orchestrator:
             # A cancelled trial was interrupted, not measured: a resumed sweep runs it again.
             if key in self.by_key and res.status != Status.CANCELLED:
                 self.results[key] = validated(res)
+        self._judge_across_pairs()
         for key, why in unreadable.items():
             if key in self.by_key and key not in self.results:
                 self.display.log(f"ignoring {why}: that trial is not finished")
@@ -307,7 +316,11 @@ class Orchestrator:
     def _rows(self, done: bool = False) -> list[dict[str, Any]]:
         # Predicted OOMs are shown, not results: the strategy and the score never count them as run.
         shown = {**{k: v for k, v in self.predictions.records.items() if k not in self.in_flight}, **self.results}
-        return build_table(self.plan.meta, self.plan.candidates, shown, set(self.in_flight), self._live_throughput(), done)
+        # Ranked as the recommendation is (core/drift.pooled): a re-timed pair on both its timings, everywhere.
+        from sweep.core.drift import pooled, retimed_figures
+
+        return build_table(self.plan.meta, self.plan.candidates, shown, set(self.in_flight), self._live_throughput(), done,
+                           judged=pooled(self.results, self.drift), retimed=retimed_figures(self.results, self.drift))
 
     def _live_throughput(self) -> dict[str, float]:
         """Throughput running trials already show, as their workload reports it."""
@@ -336,11 +349,17 @@ class Orchestrator:
         noise = max(noise, BUSY_HOST_NOISE) if busy else noise
         basis = pooled(self.results, self.drift)
         conf = confidence_score(self.plan.candidates, confidence_view(basis), predicted_oom=self.predictions.p_exceeds, run_to_run=noise)
+        if conf is not None and self.in_flight:
+            # Interim: the search runs a pair only where it may change the answer, yet the score leaves out every pair
+            # the throughput ordering calls no faster than one measured (core/confidence.outranked_by_measured), the
+            # running ones included: one 1-D sweep said 99 after its first pair and 73 once the second landed. Until
+            # what runs has landed the score claims no more than a pair still being measured allows.
+            conf = min(conf, INTERIM_CAP)
         rec = recommendation(self.plan.meta, basis, conf, self.plan.trial.memory_margin, noise)
         if rec is not None and self.drift is not None:
             rec["drift"] = self.drift.record()
             key = next(k for k, r in basis.items() if (r.accum, r.split) == (rec["accum"], rec["split"]))
-            rec["drift_note"] = pooled_note(self.results, basis, key, self.plan.meta.throughput_unit or "samples/s")
+            rec["drift_note"] = pooled_note(self.results, basis, key, self.plan.meta.throughput_unit or "samples/s", self.drift)
         if rec is not None and busy:
             rec["busy_host_note"] = busy
         self.host_load.save()

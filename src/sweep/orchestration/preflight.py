@@ -16,8 +16,8 @@ def dry_run_text(plan: SweepPlan) -> str:
     rows = build_table(plan.meta, plan.candidates, {})
     valid = sum(c.valid for c in plan.candidates)
     head = (
-        f"dry run: {plan.meta.machine} ({plan.meta.num_devices} x {plan.machine.device}, "
-        f"{plan.machine.memory_gib} GiB each), global_batch_size={plan.meta.global_batch_size}, "
+        f"dry run: {plan.meta.machine} ({plan.meta.num_devices} x {plan.machine.device}, {memory_words(plan)}), "
+        f"global_batch_size={plan.meta.global_batch_size}, "
         f"search={plan.search}: {valid} valid candidate(s), {len(plan.candidates) - valid} invalid; nothing launched"
     )
     if plan.screen:  # search.screen: what runs first (orchestration/screening.py)
@@ -34,6 +34,13 @@ def dry_run_text(plan: SweepPlan) -> str:
     return head + "\n\n" + format_table(rows, show_invalid=True)
 
 
+def memory_words(plan: SweepPlan) -> str:
+    """The memory each device has as the sweep counts it: a budget only where one was set (or the demo's own)."""
+    if plan.machine.memory_gib is not None:
+        return f"{plan.machine.memory_gib} GiB each"
+    return "the card's memory" if plan.machine.device == "cuda" else "no memory budget: the host's memory"
+
+
 def check_runnable_here(plan: SweepPlan) -> None:
     """A local launch of a GPU profile on a host without those GPUs fails before anything starts."""
     if backends.cluster_of(plan.launcher) != "local" or plan.machine.device != "cuda":
@@ -45,7 +52,7 @@ def check_runnable_here(plan: SweepPlan) -> None:
             f"run it on Slurm (hydra/launcher=submitit_slurm), or add dry_run=true to see its candidates"
         )
     card_gib = local_cuda_memory_gib()
-    if card_gib is not None and plan.machine.memory_gib > card_gib:
+    if card_gib is not None and plan.machine.memory_gib is not None and plan.machine.memory_gib > card_gib:
         # Not an error: the profile may describe a bigger card of the same family; trials use what is there.
         print(
             f"sweep: warning: machine.memory_gib={plan.machine.memory_gib:g} is above this card's {card_gib:.1f} GiB: "

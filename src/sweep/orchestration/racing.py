@@ -21,6 +21,7 @@ resumed sweep needs none of these files.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -132,6 +133,7 @@ class Racing:
                 for k, why in decision_stops(
                     now, results, self.global_batch_size, first_pair_steps=self.steps.first_pair, ahead_steps=self.steps.ahead,
                     run_to_run_noise=self.run_to_run_noise, provisional_steps=self.steps.provisional, in_full=self.in_full,
+                    space=list(self.candidates.values()),
                 ).items()
                 if k not in self.told
             }
@@ -186,9 +188,10 @@ def drop_predicted(sweep_dir: Path, key: str) -> None:
 class Predictions:
     """The pairs skipped on the memory model's word, refitted whenever a result lands."""
 
-    def __init__(self, sweep_dir: Path, meta: Any, by_key: Mapping[str, Candidate], capacity_gib: float) -> None:
+    def __init__(self, sweep_dir: Path, meta: Any, by_key: Mapping[str, Candidate], capacity_gib: float | None) -> None:
         self.sweep_dir, self.meta, self.by_key = sweep_dir, meta, by_key
-        self.capacity_gib = float(capacity_gib)
+        # None: no budget was set (machine.memory_gib), so the strategy predicts nothing and nothing is compared with it.
+        self.capacity_gib = float(capacity_gib) if capacity_gib is not None else math.inf
         self.records: dict[str, TrialResult] = {}  # shown in the table as predicted_oom
         self.p_exceeds: dict[str, float] = {}  # their P(OOM), for the confidence score
         self._made_from: tuple[int, int] | None = None

@@ -12,13 +12,17 @@ the provisional record stands in the results (the strategy sees the pair as run,
 it); then the re-run's record replaces it, and the search goes on from that: a late OOM at the
 stress step, say, reopens the staircase below it. A resumed sweep finds the re-run's record, or
 the provisional one and runs it again.
+
+A pair cut short on a step or two by the throughput ordering that turns out to be a neighbour of the
+answer the ordering alone ranks below it is run again in full the same way (issue 50: the ordering is
+a prior, and that neighbour is where it fails; the confidence score stays below 80 until it is measured).
 """
 
 from __future__ import annotations
 
 import os
 
-from sweep.core.decision import provisional_contenders
+from sweep.core.decision import is_provisional, provisional_contenders
 from sweep.core.measure import PROGRESS_FILE
 from sweep.core.schema import RESULT_FILE, trial_dir
 from sweep.orchestration.sweep_state import SweepState
@@ -33,7 +37,7 @@ def run_in_full(orch: SweepState) -> bool:
     confirmations measure the pairs that may be."""
     if orch.plan.nominates_only or orch.stop.signal is not None:
         return False
-    keys = [k for k in provisional_contenders(orch.results) if k in orch.by_key and k not in orch.racing.in_full]
+    keys = [k for k in provisional_contenders(orch.results, list(orch.by_key.values())) if k in orch.by_key and k not in orch.racing.in_full]
     for key in keys:
         tdir = trial_dir(orch.plan.sweep_dir, key)
         if (tdir / RESULT_FILE).exists():
@@ -41,8 +45,9 @@ def run_in_full(orch: SweepState) -> bool:
         (tdir / PROGRESS_FILE).unlink(missing_ok=True)  # the re-run's steps, not the provisional ones, are its progress
         first = orch.results[key]
         orch.racing.in_full.add(key)
+        how = "provisionally" if is_provisional(first) else "by the throughput ordering"
         orch.display.log(
-            f"accum={first.accum} split={first.split}: stopped provisionally after {len(first.step_times_s)} timed step(s) "
+            f"accum={first.accum} split={first.split}: stopped {how} after {len(first.step_times_s)} timed step(s) "
             f"({float(first.throughput or 0.0):.4g} {orch.plan.meta.throughput_unit or 'samples/s'}) and may be the answer: "
             f"running it again in full (the provisional record is kept as {PROVISIONAL_FILE})"
         )

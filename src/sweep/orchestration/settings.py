@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
 from sweep import workloads
-from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig, checked
+from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig, checked, machine_refusal, resolved_memory_gib
 from sweep.core.screening import screens
 from sweep.core.space import Candidate, SpaceError, enumerate_candidates
 from sweep.errors import SweepError
@@ -58,12 +58,17 @@ def read_settings(cfg: Any, arguments: Sequence[str]) -> Settings:
 
     swept = swept_knobs(arguments)
     check_no_schema_choice(cfg)
-    launcher = OmegaConf.to_container(launcher_node(cfg), resolve=True)
-    assert isinstance(launcher, dict)
-    check_launcher_text(launcher)
     kind = workloads.get(cfg.workload.get("name"))
     check_known_keys(cfg, kind.schema)
     machine, trial = _typed(cfg.machine, MachineConfig), _typed(cfg.trial, TrialConfig)
+    # The machine before the launcher: its layout is derived from the machine (${sweep_div:num_devices,nodes}), so
+    # machine.nodes=0 would otherwise surface as a ZeroDivisionError inside that interpolation, not as the key it is.
+    _refuse(machine_refusal(machine))
+    launcher = OmegaConf.to_container(launcher_node(cfg), resolve=True)
+    assert isinstance(launcher, dict)
+    check_launcher_text(launcher)
+    # The demo's emulated budget is the built-in workload's alone: a command sweep has none it did not ask for.
+    machine = replace(machine, memory_gib=resolved_memory_gib(machine.memory_gib, machine.device, builtin_demo=kind.name == "rnnt"))
     as_configured = _typed(cfg.workload, kind.schema)
     search_node = OmegaConf.to_container(cfg.search, resolve=True)
     assert isinstance(search_node, dict)
@@ -73,6 +78,7 @@ def read_settings(cfg: Any, arguments: Sequence[str]) -> Settings:
         trial = checked(top, machine, trial, search, as_configured)  # every value's rule (core/config.py), in one pass
     except ValueError as e:
         raise SweepError(str(e)) from None
+    check_nodes_reachable(machine, launcher)
     # One task per device, or one launcher per node for a workload whose own launcher starts the ranks.
     launcher = check_task_layout(launcher, machine.num_devices, machine.nodes, one_launcher_per_node=kind.one_launcher_per_node)
     check_stress_step(as_configured, trial, arguments)
@@ -118,6 +124,18 @@ def read_settings(cfg: Any, arguments: Sequence[str]) -> Settings:
     )
 
 
+def check_nodes_reachable(machine: MachineConfig, launcher: Mapping[str, Any]) -> None:
+    """A trial over several nodes needs a launcher that reaches them: the local one runs every task on this host, where
+    submitit's local executor fails at the first trial (its own traceback), so it is refused here, dry run included."""
+    from sweep.launch.backend import cluster_of
+
+    if machine.nodes > 1 and cluster_of(dict(launcher)) == "local":
+        raise SweepError(
+            f"machine.nodes={machine.nodes} is not valid with the local launcher (hydra/launcher=submitit_local runs every "
+            f"trial on this one host): run it on Slurm with hydra/launcher=submitit_slurm, or set machine.nodes=1"
+        )
+
+
 def log_reading(workload: Any, splits_apply: bool) -> dict[str, Any]:
     """How trial logs are read, the unit every trial records, and how the recommendation is written (SweepMeta's)."""
     from sweep.parsers import parser_settings
@@ -129,8 +147,9 @@ def log_reading(workload: Any, splits_apply: bool) -> dict[str, Any]:
     settings = parser_settings(workload.parser)  # validated already by the workload
     figure = settings.prefer[0] if settings.prefer else settings.parser_spec.get("unit", SAMPLES_PER_S)
     unit = output_unit(figure, BatchContext(tokens_per_sample=settings.tokens_per_sample), settings.throughput_unit)
-    argv = list(getattr(workload, "argv", None) or [])
-    return {"parser": settings.type, "throughput_unit": unit, "splits_apply": splits_apply, "flags_template": flags_template(settings.type, argv)}
+    argv, env = list(getattr(workload, "argv", None) or []), dict(getattr(workload, "env", None) or {})
+    return {"parser": settings.type, "throughput_unit": unit, "splits_apply": splits_apply,
+            "flags_template": flags_template(settings.type, argv, env)}
 
 
 def screen_word(value: Any) -> Any:

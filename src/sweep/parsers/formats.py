@@ -126,7 +126,10 @@ _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 class RegexParser(LineParser):
     """Lines matching a user pattern with named groups: throughput (required), step, epoch, step_time.
 
-    The throughput group holds a figure in `unit` (samples/s unless told: tokens/s, ms/step, ...).
+    The throughput group holds a figure in `unit` (samples/s unless told: tokens/s, ms/step, ...). Without a `step` group
+    (and without an `epoch` group) each matching line is one step's figure, numbered in the order the lines come: a
+    trainer that prints its rate once a step is read as per-step figures (their median), not as averages, of which only
+    one would count (issue 50: that one put the log 25% from the probe). With `epoch` alone, a line is an epoch's average.
     """
 
     def __init__(self, pattern: str, step_time_unit: str = "s", unit: str = SAMPLES_PER_S, per_device: bool = False) -> None:
@@ -147,6 +150,8 @@ class RegexParser(LineParser):
             raise ValueError(f"parser.step_time_unit={step_time_unit!r} is not one of {', '.join(_TIME_UNITS)}")
         self._scale = _TIME_UNITS[step_time_unit]
         self._groups = set(self._rx.groupindex)
+        self._numbers_steps = "step" not in self._groups and "epoch" not in self._groups
+        self._lines_matched = 0  # the step a line without a step group is numbered (from 1)
 
     def parse_line(self, text: str) -> Measurement | None:
         m = self._rx.search(text)
@@ -156,10 +161,14 @@ class RegexParser(LineParser):
         if throughput is None:
             return None
         step_time = to_float(m.group("step_time")) if "step_time" in self._groups else None
+        step = to_int(m.group("step")) if "step" in self._groups else None
+        if self._numbers_steps:
+            self._lines_matched += 1
+            step = self._lines_matched
         return Measurement(
             throughput,
             epoch=to_int(m.group("epoch")) if "epoch" in self._groups else None,
-            step=to_int(m.group("step")) if "step" in self._groups else None,
+            step=step,
             step_time_s=None if step_time is None else step_time * self._scale,
             unit=self._unit,
             per_device=self._per_device,

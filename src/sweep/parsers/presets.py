@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,9 +179,19 @@ _BATCH_VALUE = re.compile(r"^[^\s{}]*\{(?:per_device_batch|accum|accum_x_devices
 _OPTION = re.compile(r"^-{1,2}[A-Za-z_][\w.-]*$")
 _PLACEHOLDER = re.compile(r"(?<!\{)\{(per_device_batch|accum|accum_x_devices|split|joint_batch|global_batch_size)\}")
 
-# What a command whose argv carries no batch token (its batch goes through workload.env) is told: the
-# pair in sweep's own names, since any flag name here would be one its script may not take.
-SWEEP_NAMES_TEMPLATE = "per_device_batch={per_device_batch} accum={accum} split={split}"
+# What a command with no batch flag to paste is told, in one line (issue 50: a flag name here would be one its script
+# may not take, and the pair in sweep's own names read as flags): that there is none, and the pair.
+NO_FLAGS_TEMPLATE = (
+    "none to paste: workload.argv and workload.env set no batch flag sweep can name; the pair is "
+    "per_device_batch={per_device_batch} accum={accum} split={split}"
+)
+SWEEP_NAMES_TEMPLATE = NO_FLAGS_TEMPLATE  # the name earlier callers import
+
+# A key that names where a run goes or what it is called, not a batch: `--run-name=a{accum}` puts the pair in a name.
+_NOT_BATCH_WORDS = frozenset(
+    "name names dir path file files tag tags id out output outputs log logs logdir run runs prefix suffix title label "
+    "project experiment exp wandb ckpt checkpoint save seed".split()
+)
 
 
 def batch_flags(argv: Sequence[str]) -> list[str]:
@@ -199,14 +209,28 @@ def batch_flags(argv: Sequence[str]) -> list[str]:
     return [t for t in found if not (sets_accum and set(_PLACEHOLDER.findall(t)) == {"global_batch_size"})]
 
 
+def _names_a_batch(key: str) -> bool:
+    """Whether a flag's key may set a batch knob: not one that names a run, a path or a tag (its words, split at
+    - _ . and +, hold none of _NOT_BATCH_WORDS)."""
+    return not any(word in _NOT_BATCH_WORDS for word in re.split(r"[-_.+~/]+", key.lower()) if word)
+
+
 def _batch_tokens(argv: Sequence[str], shell_words: bool) -> list[str]:
     found = []
     for i, part in enumerate(argv):
+        if ("$" in part or "`" in part) and not any(c.isspace() for c in part):
+            continue  # a shell expansion computes the value (`--ga=$(({accum}*1))`): no flag to paste
         if _BATCH_FLAG.match(part):
-            found.append(part)
+            if _names_a_batch(part.split("=", 1)[0]):
+                found.append(part)
         elif _BATCH_VALUE.match(part):
             before = argv[i - 1] if i > 0 else ""
-            found.append(f"{before} {part}" if _OPTION.match(before) else part)
+            if _OPTION.match(before):
+                if _names_a_batch(before):
+                    found.append(f"{before} {part}")
+            elif shell_words:  # the command's own positional batch argument: `train.py {per_device_batch}`
+                found.append(part)
+            # A positional word inside a shell line is an argument of whatever precedes it (`$((`, echo, ...): not a flag.
         elif shell_words and _PLACEHOLDER.search(part) and any(c.isspace() for c in part):
             try:  # a shell line: its words, one level deep (a quoted JSON config inside it is one word, not read)
                 words = shlex.split(part)
@@ -216,7 +240,15 @@ def _batch_tokens(argv: Sequence[str], shell_words: bool) -> list[str]:
     return found
 
 
-def flags_template(parser_type: str, argv: Sequence[Any] = ()) -> str:
+def env_flags(env: Mapping[str, Any] | None) -> list[str]:
+    """`NAME={x}` for each workload.env variable whose value is one batch placeholder: a prefix the user can paste
+    before their command, where the batch goes through the environment."""
+    return [f"{name}={value}" for name, value in (env or {}).items()
+            if isinstance(value, str) and re.fullmatch(r"\{(?:per_device_batch|accum|accum_x_devices|split|joint_batch)\}", value)
+            and re.fullmatch(r"[A-Za-z_]\w*", str(name))]
+
+
+def flags_template(parser_type: str, argv: Sequence[Any] = (), env: Mapping[str, Any] | None = None) -> str:
     """How a command's recommendation is written, with {placeholders}: one rule for every command.
 
     The argv's own batch tokens (batch_flags), since those are the flags the user's script takes, whatever
@@ -228,7 +260,10 @@ def flags_template(parser_type: str, argv: Sequence[Any] = ()) -> str:
     found = batch_flags([a for a in argv if isinstance(a, str)])
     if found:
         return " ".join(found)
+    from_env = env_flags(env)
+    if from_env:
+        return " ".join(from_env)
     preset = PRESETS.get(parser_type)
     if preset is not None and parser_type != "myrtle" and preset.flags_template():
         return preset.flags_template()
-    return SWEEP_NAMES_TEMPLATE
+    return NO_FLAGS_TEMPLATE

@@ -47,8 +47,12 @@ __all__ = [
 ]
 
 
-def probe_env(record_dir: str | Path, *, base_env: Mapping[str, str]) -> dict[str, str]:
+def probe_env(record_dir: str | Path, *, base_env: Mapping[str, str], accum: int = 0) -> dict[str, str]:
     """The variables to add to a command's environment so that its Python processes are probed.
+
+    accum (the pair's accumulation) tells a probe timing backward passes which of them end a step, so it waits
+    for the device at those alone. The launcher's own Slurm step is named so that the probe takes Slurm's task
+    variables it inherits from there (an allocation's SLURM_NTASKS) for the launcher's, not the command's ranks.
 
     PYTHONPATH gets the boot dir first, ahead of base_env's own entries, kept in order and as written: an
     empty entry is the current dir to Python (what `export PYTHONPATH=$PYTHONPATH:/x` leaves when it was
@@ -56,7 +60,11 @@ def probe_env(record_dir: str | Path, *, base_env: Mapping[str, str]) -> dict[st
     set but empty is no entry at all to Python, and adds none here."""
     given = base_env.get("PYTHONPATH", "")
     rest = [p for p in given.split(os.pathsep) if not p or os.path.abspath(p) != str(BOOT_DIR)] if given else []
-    return {RECORD_DIR_ENV: str(Path(record_dir).resolve()), "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), *rest])}
+    env = {RECORD_DIR_ENV: str(Path(record_dir).resolve()), "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), *rest]),
+           "SWEEP_PROBE_LAUNCHER_STEP": f"{base_env.get('SLURM_JOB_ID', '')}.{base_env.get('SLURM_STEP_ID', '')}"}
+    if accum > 0:
+        env["SWEEP_PROBE_ACCUM"] = str(int(accum))
+    return env
 
 
 def runtime() -> ModuleType:
@@ -76,9 +84,10 @@ def install(record_dir: str | Path) -> None:
     runtime().PROBE.arm(str(record_dir), keep_steps=True)
 
 
-def read_probe(record_dir: str | Path, *more_dirs: str | Path) -> ProbeReport:
+def read_probe(record_dir: str | Path, *more_dirs: str | Path, running: bool = False) -> ProbeReport:
     """The summary of every process's records in record_dir and more_dirs (a multi-node trial's other nodes
-    write beside node 0's dir: every node's ranks are read); none there: an empty, unarmed report."""
+    write beside node 0's dir: every node's ranks are read); none there: an empty, unarmed report. running: the
+    command is still running (a process that stepped and exited since is no part of its training)."""
     dirs = [Path(record_dir), *map(Path, more_dirs)]
     records, problems = {}, []
     for folder in dirs:
@@ -93,4 +102,4 @@ def read_probe(record_dir: str | Path, *more_dirs: str | Path) -> ProbeReport:
                 continue
             records[source], found = parse_records(text, source)
             problems.extend(found)
-    return summarise(records, problems)
+    return summarise(records, problems, running=running)

@@ -8,15 +8,19 @@ One file per process, `<record dir>/rank{R}-pid{P}.jsonl`, one JSON object per l
 line so a killed process leaves what it measured:
   start   pid, rank, local_rank, world_size, torch version, host
   step    one per optimizer step: index, end (epoch s), seconds, optimizers (count; skipped: those
-          AMP's GradScaler skipped), backwards (backward passes in it), memory peaks since the previous
-          step (allocator on CUDA, /proc/self/status on CPU), the device
-  optimizer the first torch.optim optimizer of each class made in this process: class
-  backward one per outermost backward pass: index, at (this process's perf_counter when it returned).
-          Every PyTorch training step runs them, whoever's optimizer updates the parameters (fastai's
-          own, Keras 3's, a hand-written update), so they time trainers with no torch.optim step, and
-          count the micro-batches of those with one (core/validity.py checks the accumulation)
+          AMP's GradScaler skipped), backwards (backward passes in it), forwards (forward passes of the
+          root modules in it, with gradients on; null where no module hook runs: torch.compile), lr
+          (the first optimizer's first group's learning rate, a plain number only), memory peaks since
+          the previous step (allocator on CUDA, /proc/self/status on CPU), the device
+  optimizer each torch.optim optimizer made in this process: class, after_step (steps closed before it
+          was made: one made after steps starts a new phase, as a learning-rate range test's reset does)
+  backwards only where no torch.optim optimizer is known: first (the index of the first outermost
+          backward pass in it), ats (this process's perf_counter as each returned), written once a step (the
+          accumulation asked for known), else every BACKWARD_BATCH passes or BACKWARD_FLUSH_S; not one record a pass. They time
+          trainers whose update is no torch.optim step (fastai's own, Keras 3's, a hand-written update).
+          Where a torch.optim step exists its step record's count of passes is all core/validity.py needs
   update  with no torch.optim optimizer: backward (the index of a backward pass that found a watched
-          parameter's values changed since the pass before: an update ran between them)
+          parameter's values changed since the one sampled before it: an update ran between them)
   oom     module (path of the running module, "optimizer:<class>" in an optimizer step), where
           (forward/backward/optimizer), inside (whether that module was running or had just
           finished), via (hooks/frames/autograd node: how the module was known), message, step
@@ -54,10 +58,22 @@ RECORD_DIR_ENV = "SWEEP_PROBE_DIR"
 # Substrings of allocators' out-of-memory messages (kept in step with sweep.workloads.rnnt.memory).
 _RANK_VARIABLES = ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 _WORLD_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+# The Slurm step the sweep's own launcher ran in ("<job>.<step>", set by sweep.probe.probe_env). Slurm's task count
+# there describes that step's tasks (one launcher a node), or an allocation the sweep was started in, not the
+# command's ranks: SLURM_NTASKS counts only in a step of the command's own (an `srun` inside the command).
+LAUNCHER_STEP_ENV = "SWEEP_PROBE_LAUNCHER_STEP"
+ACCUM_ENV = "SWEEP_PROBE_ACCUM"  # the accumulation asked for: backward passes a step where no torch.optim step is seen
+
+
+def slurm_step() -> str:
+    return f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
 
 
 def _env_int(names: tuple[str, ...], default: int) -> int:
+    inherited = LAUNCHER_STEP_ENV in os.environ and os.environ[LAUNCHER_STEP_ENV] == slurm_step()
     for name in names:
+        if inherited and name == "SLURM_NTASKS":
+            continue  # the launcher's step's, or the allocation's: not this command's ranks (SLURM_PROCID still names a node's)
         value = os.environ.get(name, "")
         if value.strip().lstrip("-").isdigit():
             return int(value)
@@ -117,6 +133,7 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
         self.backward_hooks: dict[int, tuple] = {}  # id(module) -> (weakref to it, its tensor hook)
         self.tracking_handles: list = []  # the global module hooks, while modules are tracked live
         self.root_hooks: list = []  # the root modules' own hooks, after that
+        self.accum = 0  # the accumulation asked for (ACCUM_ENV); 0: unknown, every backward pass may end a step
         self._reset_steps()
 
     # ---------------------------------------------------------------- arming
@@ -143,6 +160,9 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
         self.seen_exceptions: list[int] = []
         self.backwards = 0  # backward passes in the open step
         self.backward_index = 0  # backward passes since arming
+        self.forwards = 0  # root modules' forward passes (gradients on) in the open step
+        self.group_lr = None  # the open step's learning rate (the first optimizer to end in it)
+        self.reset_ats()
 
     def rank(self) -> int:
         dist = sys.modules.get("torch.distributed")
@@ -176,6 +196,7 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
         self.keep_steps = keep_steps
         self.writer = _Writer(record_dir)
         self.file_rank = _env_int(_RANK_VARIABLES, 0)
+        self.accum = max(0, _env_int((ACCUM_ENV,), 0))
         import torch
 
         self._write(
@@ -319,7 +340,10 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
         self.current_optimizer = weakref.ref(optimizer)  # weak, as last_module: the probe keeps no trainer object alive
 
     def _optimizer_ends(self, optimizer, skipped: bool) -> None:
-        self._sync()
+        # Where the step's optimizers are known, only the last to step ends it: the device is waited for there alone
+        # (a GAN's two optimizers: one wait a step, not two). Until then, at every optimizer step's end.
+        if self.expected is None or self.expected <= {*self.group, id(optimizer)}:
+            self._sync()
         # Memory first, then the clock: the probe's own work belongs to the step that ends here, so the
         # boundary falls where the optimizer step returns to the trainer.
         self._sample_memory()
@@ -327,6 +351,8 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
         self.group_end_wall = time.time()
         self.group[id(optimizer)] = self.group.get(id(optimizer), 0) + 1
         self.group_skipped += int(skipped)
+        if self.group_lr is None:
+            self.group_lr = _plain_lr(optimizer)
         self.current_optimizer = None
         self.last_module = None
         if self.expected is not None and self.expected <= set(self.group):
@@ -355,6 +381,8 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
             "seconds": max(0.0, end - start),
             "optimizers": sum(self.group.values()),
             "backwards": self.backwards,
+            "forwards": None if getattr(self, "dynamo_owns_modules", True) or "module hooks" in self._disabled else self.forwards,
+            "lr": self.group_lr,
             "world_size": self.world_size(),  # here, not only at start: torch.distributed is up by now
             "skipped": self.group_skipped,
             "device": device,
@@ -376,7 +404,8 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
                 self.problem("module hooks", exc)
         self.step_index += 1
         self.group, self.group_skipped, self.group_end, self.group_end_wall = {}, 0, None, 0.0
-        self.backwards = 0
+        self.backwards = self.forwards = 0
+        self.group_lr = None
         self.step_start, self.explicit_start = end, False
         self.allocator_oom_pending = False
         return record
@@ -384,6 +413,7 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
     def _finish(self, why: str) -> None:
         if self.group:
             self._close_step()
+        self.flush_ats()
         self._write({"kind": "exit", "steps": self.step_index, "why": why})
 
     def _at_exit(self) -> None:
@@ -393,6 +423,15 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
                 self.writer.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _plain_lr(optimizer) -> float | None:
+    """The first parameter group's learning rate where it is a plain number (a tensor's may sit on the device)."""
+    try:
+        lr = optimizer.param_groups[0].get("lr")
+    except Exception:  # noqa: BLE001 - an optimizer without param_groups: no rate to report
+        return None
+    return float(lr) if type(lr) in (float, int) else None
 
 
 PROBE = Probe()

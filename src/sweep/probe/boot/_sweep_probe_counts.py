@@ -8,9 +8,21 @@ made in the process means its steps, not the backward passes, time the training:
 gradient check backpropagates before the first step.
 
 Where no torch.optim optimizer exists, the probe cannot see an update happen, only its effect: it watches one
-parameter a backward pass reaches, and records `update` at each backward pass that finds the parameter's values
-changed since the previous one. The backward passes between those records are the trainer's accumulation, checked
-against the one asked for as the optimizer steps' count is (a trainer that ignores --accum updates after each).
+parameter a backward pass reaches, and records `update` at each sampled backward pass that finds the parameter's
+values changed since the one sampled before. The backward passes between those records are the trainer's
+accumulation, checked against the one asked for as the optimizer steps' count is (a trainer that ignores --accum
+updates after each).
+
+What it costs must not grow with the accumulation, nor wait for a CUDA device more than timing a step does
+(issue 50): with the accumulation asked for known (ACCUM_ENV), the device is synchronised only at the backward pass
+that ends a step (every accum-th), and the watched parameter is sampled three times a step, at the first, second
+and last pass of each window of `accum`: an update between steps shows at the first (gaps of accum), one after every
+pass at the second and the last too (gaps of 1 between the first two: the median says 1), one every few passes
+at the last (gaps that are not accum). The samples are compared only after that synchronisation, when the device has
+finished them (a comparison reads its result on the host). The backward passes' times go to the record file in
+one record a step. With the accumulation unknown (an older launcher), every pass is synchronised and sampled, as before.
+Where a torch.optim optimizer is known (made, or stepped: one made before the probe armed), none of this runs:
+its step record counts the passes.
 """
 
 from __future__ import annotations
@@ -18,6 +30,9 @@ from __future__ import annotations
 import functools
 import time
 import weakref
+
+BACKWARD_BATCH = 64  # backward passes' times written in one record
+BACKWARD_FLUSH_S = 0.5  # ... or after this long, so a reader following the run sees them soon
 
 
 class UpdateCounting:
@@ -29,27 +44,63 @@ class UpdateCounting:
     optimizer_calls = 0  # optimizer steps seen (Probe's pre-hook counts them)
     optimizer_classes: set = set()  # torch.optim classes made in this process (one record each per arming)
     watched = None  # weakref to the parameter watched for updates (no torch.optim optimizer made), once one is found
-    watched_before = None  # its sampled values' bytes at the previous backward pass
+    watched_before = None  # its sampled values' bytes at the previous sample
+    accum = 0  # the accumulation asked for (Probe.arm reads ACCUM_ENV); 0: unknown
+
+    def reset_ats(self) -> None:
+        self.ats: list[float] = []  # backward passes' times not written yet
+        self.ats_first = 0  # the index of the first of them
+        self.ats_flushed_at = time.perf_counter()
+        self.samples: list = []  # (backward index, sample) taken, not compared yet
+
+    def torch_optimizer_known(self) -> bool:
+        return bool(self.optimizer_classes) or self.optimizer_calls > 0
 
     def backward_done(self) -> None:
-        """An outermost backward pass returned (the backward wrapper calls this): count it and record when."""
+        """An outermost backward pass returned (the backward wrapper calls this): count it, and where no torch.optim
+        step times the training, record when (the step's last pass synchronised first) and sample the watch."""
         if self.writer is None or self.compiling():
             return
-        if self.optimizer_calls == 0:
-            self._sync()  # no optimizer step syncs for it: the backward passes are the clock (CUDA runs ahead)
+        index = self.backward_index
+        self.backward_index += 1
         self.backwards += 1
-        if not self.optimizer_classes and "parameter watch" not in self._disabled:
+        if self.torch_optimizer_known():
+            return  # the optimizer steps time the training; the step record counts the passes
+        accum = self.accum
+        ends_step = accum <= 0 or index % accum == accum - 1
+        watching = "parameter watch" not in self._disabled
+        if watching and (ends_step or index % accum <= 1):
             try:
-                self._note_an_update()
+                self._sample_watched(index)  # queued before the sync, which then waits for it too
             except Exception as exc:  # noqa: BLE001 - a watch that fails is off, never the trainer's problem
                 self.problem("parameter watch", exc)
-        self._write({"kind": "backward", "index": self.backward_index, "at": time.perf_counter()})
-        self.backward_index += 1
+        if ends_step:
+            self._sync()  # no optimizer step syncs for it: the step's last backward pass is the clock (CUDA runs ahead)
+        at = time.perf_counter()
+        if not self.ats:
+            self.ats_first = index
+        self.ats.append(at)
+        if ends_step and self.samples and watching:
+            try:
+                self._compare_samples()
+            except Exception as exc:  # noqa: BLE001
+                self.problem("parameter watch", exc)
+        # One record a step where the step is known (a reader follows the steps as they end, and a process the sweep
+        # stops loses no whole step); else in batches.
+        if (ends_step and accum > 0) or len(self.ats) >= BACKWARD_BATCH or at - self.ats_flushed_at >= BACKWARD_FLUSH_S:
+            self.flush_ats()
+
+    def flush_ats(self) -> None:
+        """Write the backward passes' times not written yet, as one record."""
+        if self.ats and self.writer is not None:
+            self._write({"kind": "backwards", "first": self.ats_first, "ats": self.ats})
+        self.ats = []
+        self.ats_flushed_at = time.perf_counter()
 
     def watch_a_parameter(self, tensors) -> None:
         """Before an outermost backward pass with no torch.optim optimizer made and no parameter watched: watch the
         first parameter its graph reaches (an AccumulateGrad node's variable), found once, not at every pass."""
-        if self.optimizer_classes or self.writer is None or (self.watched is not None and self.watched() is not None):
+        if self.torch_optimizer_known() or self.writer is None or (self.watched is not None and self.watched() is not None):
             return
         if "parameter watch" in self._disabled or self.compiling():
             return
@@ -70,19 +121,24 @@ class UpdateCounting:
         except Exception as exc:  # noqa: BLE001
             self.problem("parameter watch", exc)
 
-    def _note_an_update(self) -> None:
-        """Sample the watched parameter (64 values spread over it) and record `update` if they changed since the
-        previous backward pass: an update ran between the two. Compared as bytes, so a NaN equals itself."""
+    def _sample_watched(self, index: int) -> None:
+        """Copy 64 values spread over the watched parameter (queued on its device: no wait), to compare later."""
         param = self.watched() if self.watched is not None else None
         if param is None:
             return
-        torch = self.torch
-        with torch.no_grad():
+        with self.torch.no_grad():
             flat = param.detach().reshape(-1)
-            sample = flat[:: max(1, flat.numel() // 64)][:64].clone().view(torch.uint8)
-        before, self.watched_before = self.watched_before, sample
-        if before is not None and not torch.equal(before, sample):
-            self._write({"kind": "update", "backward": self.backward_index})
+            self.samples.append((index, flat[:: max(1, flat.numel() // 64)][:64].clone().view(self.torch.uint8)))
+
+    def _compare_samples(self) -> None:
+        """Record `update` at each sample that differs from the one before it: an update ran between the two. Called
+        after the step's synchronisation, so reading a comparison waits for nothing. Compared as bytes: a NaN equals
+        itself."""
+        samples, self.samples = self.samples, []
+        for index, sample in samples:
+            before, self.watched_before = self.watched_before, sample
+            if before is not None and before.shape == sample.shape and not self.torch.equal(before, sample):
+                self._write({"kind": "update", "backward": index})
 
     def record_known_optimizers(self) -> None:
         """At (re-)arming: the optimizer classes made before, in the new record too."""
@@ -98,9 +154,10 @@ class UpdateCounting:
         def __init__(optimizer, *args, **kwargs):
             original(optimizer, *args, **kwargs)
             name = type(optimizer).__name__
-            if probe.writer is not None and name not in probe.optimizer_classes:
+            if probe.writer is not None:
                 probe.optimizer_classes = probe.optimizer_classes | {name}  # the instance's own set, not the class's
-                probe._write({"kind": "optimizer", "class": name})
+                # Each one, with the steps before it: a range test's steps end where the trainer makes its own anew.
+                probe._write({"kind": "optimizer", "class": name, "after_step": probe.step_index})
 
         optimizer_class.__init__ = __init__
         self.undo.append(lambda: setattr(optimizer_class, "__init__", original))

@@ -206,6 +206,8 @@ class ModuleAndOomHooks(OomRecords):
             self.step_start = time.perf_counter()
         if not self.module_stack:
             self.roots.add(module)
+            if module._modules and self.backward_depth == 0 and self.torch.is_grad_enabled():
+                self.forwards += 1  # as _root_forward_hook counts them after this first step
         self.module_stack.append(module)
         return None
 
@@ -231,8 +233,12 @@ class ModuleAndOomHooks(OomRecords):
         return None
 
     def _root_forward_hook(self, module, args, output) -> None:
-        """After tracking: a root's forward ended; with no output, an exception is passing through it."""
-        if output is None and self.writer is not None:
+        """After tracking: a root's forward ended; with no output, an exception is passing through it. A forward with
+        gradients on, outside backward, is a micro-batch's (core/validity.py: a loop that averages its micro-batches'
+        losses and runs one backward pass still runs `accum` forwards a step)."""
+        if output is not None and self.backward_depth == 0 and self.torch.is_grad_enabled():
+            self.forwards += 1
+        elif output is None and self.writer is not None:
             try:
                 exc = sys.exc_info()[1]
                 if exc is not None and is_oom(exc):

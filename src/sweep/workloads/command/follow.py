@@ -82,6 +82,10 @@ class Enough:
             if measured_enough_for(probed, self.trial, timed_steps=len(self.probe.after_warmup())):
                 return self.REASON
             return stop_requested(trial_dir) or ""
+        if self.probe is not None and self.probe.signal:
+            # The probe times this command's steps (its records are read once a second): its figure decides, never the log's
+            # per-step figures that came first, or a trial would end on a few probe steps (a regex reading micro-batches).
+            return stop_requested(trial_dir) or ""
         times = self.timed(measurements)
         if self.stop_after is not None:
             if len(measurements) >= self.skip + int(self.stop_after):

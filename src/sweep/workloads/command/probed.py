@@ -67,7 +67,9 @@ class ProbeFollower:
         if self.reach is None:  # made before the command starts: it tells the command's processes from others
             self.reach = ReachWatch(Path(self.record_dir).resolve(), BOOT_DIR)
 
-    def poll(self, force: bool = False) -> Any:
+    def poll(self, force: bool = False, running: bool = True) -> Any:
+        """The report, re-read if due (force: now). running=False once the command has ended: until then a process
+        that stepped and exited is a preparation, not the training (core/probe_report.training_sources)."""
         from sweep.probe import read_probe
 
         if force or time.monotonic() - self._read_at >= READ_EVERY_S:
@@ -75,7 +77,7 @@ class ProbeFollower:
             self.reach.scan()
             try:
                 others = sorted(self.record_dir.parent.glob(self.other_nodes_glob)) if self.other_nodes_glob else []
-                self.report = read_probe(self.record_dir, *others)
+                self.report = read_probe(self.record_dir, *others, running=running)
             except OSError:
                 pass  # a record dir that vanished or cannot be read: what was read before stands
         return self.report
@@ -142,7 +144,7 @@ class ProbeFollower:
 
     def provenance_fields(self) -> dict[str, Any]:
         """What core/validity.py checks a figure against: the ranks' world size, backward passes per step, any OOM."""
-        from sweep.core.probe_report import backward_per_step, backward_per_update
+        from sweep.core.probe_report import backward_per_step, backward_per_update, forward_per_step
 
         report = self.report
         if report is None or not report.armed:
@@ -151,6 +153,7 @@ class ProbeFollower:
         return dict(
             world_size=report.world_size,
             backward_per_step=backward_per_step(report, self.warmup_steps),
+            forward_per_step=forward_per_step(report, self.warmup_steps) if report.step_times_s else None,
             backward_per_update=backward_per_update(report) if self.signal == "backward passes" else None,
             probe_oom="" if oom is None else (
                 f"in {oom.module or 'no module'} during {oom.where}, step {oom.step}, rank {oom.rank}: {oom.message}"[:400]

@@ -59,7 +59,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     if probe is not None:
         from sweep.probe import probe_env
 
-        env.update(probe_env(probe.record_dir, base_env=env))
+        env.update(probe_env(probe.record_dir, base_env=env, accum=int(spec.accum)))
     limit = float(spec.trial.time_limit_s)
     started_at, t0 = now_iso(), time.monotonic()
     base = dict(**spec.numbers(), log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command", started_at=started_at, fingerprint=spec.fingerprint)
@@ -108,14 +108,16 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     # Whatever the command left behind (forked or setsid children); node 0's command ended by itself: so do the others'.
     _stop_trial(proc, tracker, team, f"node 0's command ended (exit status {code})", decided=False)
     if probe is not None:
-        probe.poll(force=True)
+        report = probe.poll(force=True, running=False)
+        for why in getattr(report, "left_out", None) or []:  # steps that were not the training's (core/training_window.py)
+            print(f"accum={values['accum']} split={values['split']}: not timed as the training: {why}", flush=True)
 
     base.update(
         finished_at=now_iso(), wall_s=round(time.monotonic() - t0, 3),
         peak_mem_gib=memory.peak_gib, capacity_gib=memory.capacity_gib, headroom=memory.headroom,
     )
     if probe is not None:
-        base.update(probe.memory_fields(spec.machine.device, float(spec.machine.memory_gib) if spec.machine.device == "cuda" else None))
+        base.update(probe.memory_fields(spec.machine.device, float(spec.machine.memory_gib) if spec.machine.device == "cuda" and spec.machine.memory_gib is not None else None))
         base.update(probe.provenance_fields())
     peer = enough.team.peer if team is not None and node == 0 else None
     ended = _Ended(code, timed_out, "" if peer is not None else stopped_early, memory, set(tracker.seen) | {proc.pid}, oom_kills_before)
@@ -184,6 +186,11 @@ def _result(spec: TrialSpec, settings: Any, log_summary: tuple[Any, str], probe:
             summary = summary_or_none
             if summary is not None and summary.unit == result.throughput_unit:
                 result.log_throughput = summary.value  # the cross-check core/validity.py makes
+                from sweep.core.validity import agreement_note
+
+                note = agreement_note(result)  # a gap no unit explains: the probe's figure stands, and the log says so
+                if note:
+                    print(f"accum={spec.accum} split={spec.split}: {note}", flush=True)
         elif summary_or_none is not None:
             result = _ok_result(base, summary_or_none)
             result.measured_by = "log"
@@ -269,7 +276,8 @@ def _memory_sampler(pid: int, spec: TrialSpec, nodes: int) -> TreeMemorySampler:
     It sees this node's processes only, so on CUDA it is held to this node's devices (node 0 takes the tightest
     node's reading: nodes.merged)."""
     if spec.machine.device == "cuda":
-        return TreeMemorySampler(pid, capacity_gib=float(spec.machine.memory_gib) * nproc_per_node(spec.num_devices, nodes))
+        emulated = spec.machine.memory_gib  # None: the card's own (NVML), no budget being set
+        return TreeMemorySampler(pid, capacity_gib=float(emulated) * nproc_per_node(spec.num_devices, nodes) if emulated else None)
     return TreeMemorySampler(pid, capacity_gib=None, nvml_factory=lambda: None)
 
 

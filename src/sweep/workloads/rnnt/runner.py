@@ -14,6 +14,7 @@ stopping and racing, the progress record.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import sys
@@ -117,7 +118,7 @@ def _record_memory(result: TrialResult, report: ProbeReport, open_step: dict, ba
     ]
     result.step_alloc_retries = report.step_retries  # CUDA only; a retry in a timed step puts the pair at risk
     result.peak_step = report.peak_step
-    capacity = float(memory_gib)
+    capacity = float(memory_gib) if memory_gib is not None else math.inf  # None: no budget set, the card's
     if cuda:
         capacity = min(capacity, torch.cuda.get_device_properties(baseline.device).total_memory / GIB)
     result.capacity_gib = capacity
