@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sweep.core.growth import at_risk, late_oom_note, risk_note
+from sweep.core.ordering import ordering_note
 from sweep.core.schema import (
     CANCELLED,
     FAILED,
@@ -188,7 +189,7 @@ def build_table(
                 wall_s=res.wall_s,
                 steps_measured=_steps_measured(res),
                 reason="; ".join(filter(None, (res.error, late_oom_note(res))))
-                or "; ".join(filter(None, (risk_note(res), _ordering_note(res, results))))
+                or "; ".join(filter(None, (risk_note(res), ordering_note(res, results))))
                 or (f"stopped early: {res.stopped_early}" if res.stopped_early else ""),
                 log=res.log,
                 job_id=res.job_id,
@@ -216,13 +217,6 @@ def build_table(
         rows.append(row)
     rows.sort(key=lambda r: (_STATUS_ORDER[r["status"]], r["rank"] or 0, r["accum"], r["split"]))
     return rows
-
-
-def _ordering_note(res: TrialResult, results: Mapping[str, TrialResult]) -> str:
-    """core/implications.ordering_note (imported here: implications ranks pairs with this module)."""
-    from sweep.core.implications import ordering_note
-
-    return ordering_note(res, results)
 
 
 def measured_by(res: TrialResult) -> str:

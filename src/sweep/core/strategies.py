@@ -18,7 +18,6 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sweep.core.confidence import unmeasured
 from sweep.core.growth import at_risk
 from sweep.core.implications import (
     may_outrun,
@@ -306,7 +305,9 @@ class Staircase(_Base):
         micro-batch and joint batch: implications.ordering_neighbours) are run before the search ends. Where the
         largest micro-batch that fits is the slower one (allocator retries near the limit), the next one down is the
         answer; elsewhere each costs a few steps (core/decision.py's rule 1 stops it once its steps confirm the ordering)."""
-        answer = next((r for r in ranked_ok(finished) if not at_risk(r) and not unmeasured(r)), None)
+        # The answer so far: the fastest roomy pair, a provisional one included (it is run again in full if it may be
+        # the answer, orchestration/remeasure.py: then these are its neighbours, already run).
+        answer = next((r for r in ranked_ok(finished) if not at_risk(r)), None)
         if answer is None:
             return []
         # Its next bigger ones too, where they may fit and only the ordering skipped them: ranked below a measured pair

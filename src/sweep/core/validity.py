@@ -166,7 +166,9 @@ def validated_across_pairs(results: Mapping[str, TrialResult]) -> list[str]:
 # ---------------------------------------------------------------- a change of pace mid-trial
 
 REGIME_FACTOR = 2.0  # one pace, then another this many times slower or faster: two regimes, not one's noise
-MIN_REGIME_STEPS = 3  # steps on each side of the change
+# Steps on each side of the change. A busy box's neighbour starting or ending moves a few steps at once (a 2x run of
+# three was seen under two busy loops): a phase of the trainer's own lasts longer than that.
+MIN_REGIME_STEPS = 5
 REGIME_BINS = 64
 
 
