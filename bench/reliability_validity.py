@@ -343,74 +343,10 @@ CASES = [
 ]
 
 
-# ---------------------------------------------------------------- issue 50: only training counts; accumulation across pairs
+# Issue 50's cases (only training counts, accumulation across pairs, the wall-time figure, the ordering as a prior).
+from reliability_assumptions import ASSUMPTION_CASES  # noqa: E402 - beside this file; it imports this module's helpers lazily
 
-FULL = ("search=grid", "split=1", "search.drift_check=false", "search.measure_to_decision=false", "search.racing=false")
-
-
-def _figures_true(rows: dict, truths: dict[tuple[int, int], float]) -> tuple[bool, bool, str]:
-    """(every pair ok within 20% of its truth, some pair ok at 1.5x its truth or more: a figure of another thing, the
-    pairs' figures as seen)."""
-    seen, right, far = [], True, False
-    for pair, truth in truths.items():
-        row = rows.get(pair, {})
-        figure = float(row.get("throughput_samples_per_s") or 0.0)
-        right = right and row.get("status") == "ok" and abs(figure / truth - 1) < 0.2
-        far = far or (row.get("status") == "ok" and figure >= 1.5 * truth)
-        seen.append(f"accum={pair[0]}: {row.get('status')} {figure:.0f} (truth {truth:.0f})")
-    return right, far, ", ".join(seen)
-
-
-def preparation_subprocess(root: Path):
-    """A subprocess steps an SGD optimizer 40 times before each trial's training and exits: not the figure."""
-    truths = {(1, 1): 800.0, (2, 1): 1000.0}
-    _, rows, rec = _sweep(root, ',"--attack=prep_subprocess","--steps=30","--rates=1:1=800,2:1=1000"', "accum=1,2", *FULL)
-    right, far, seen = _figures_true(rows, truths)
-    return right and rec.get("accum") == 2, f"{seen}; {_answer(rec)}", far or _wrong(rec, (2, 1))
-
-
-def lr_range_test(root: Path):
-    """A learning-rate range test (40 steps, 4x faster, the rate rising 1.3x a step) before the fit: not the figure."""
-    truths = {(1, 1): 1000.0, (2, 1): 800.0}
-    _, rows, rec = _sweep(root, ',"--attack=lr_find","--steps=30","--rates=1:1=1000,2:1=800"', "accum=1,2", *FULL)
-    right, far, seen = _figures_true(rows, truths)
-    return right and rec.get("accum") == 1, f"{seen}; {_answer(rec)}", far or _wrong(rec, (1, 1))
-
-
-def two_losses_without_accumulation(root: Path):
-    """Two backward passes a micro-batch and --accum ignored: 2 passes a step at any accum (accum=2 passed alone)."""
-    _, rows, rec = _sweep(root, ',"--attack=two_losses_no_accum","--steps=30","--rates=1:1=1000,2:1=900,4:1=800"', "accum=1,2,4", *FULL)
-    statuses = {a: rows.get((a, 1), {}).get("status") for a in (1, 2, 4)}
-    promised = statuses == {1: "ok", 2: "rejected", 4: "rejected"} and rec.get("accum") == 1
-    return promised, f"{statuses}; {_answer(rec)}", _wrong(rec, (1, 1)) or statuses[2] == "ok" or statuses[4] == "ok"
-
-
-def averaged_losses_accumulation(root: Path):
-    """Accumulation by averaging the micro-batches' losses, one backward pass a step: accum=2 is truly 25% faster."""
-    truths = {(1, 1): 800.0, (2, 1): 1000.0, (4, 1): 900.0}
-    _, rows, rec = _sweep(root, ',"--attack=mean_loss","--steps=30","--rates=1:1=800,2:1=1000,4:1=900"', "accum=1,2,4", *FULL)
-    right, far, seen = _figures_true(rows, truths)
-    return right and rec.get("accum") == 2, f"{seen}; {_answer(rec)}", far or _wrong(rec, (2, 1))
-
-
-def slurm_ntasks_inherited(root: Path):
-    """A one-process trainer in a sweep started inside a 4-task allocation (SLURM_NTASKS=4 in its environment)."""
-    os.environ["SLURM_NTASKS"] = "4"
-    try:
-        _, rows, rec = _sweep(root, ',"--steps=20","--rates=1:1=1000,2:1=800"', "accum=1,2", *FULL)
-    finally:
-        del os.environ["SLURM_NTASKS"]
-    statuses = {a: rows.get((a, 1), {}).get("status") for a in (1, 2)}
-    return statuses == {1: "ok", 2: "ok"} and rec.get("accum") == 1, f"{statuses}; {_answer(rec)}", _wrong(rec, (1, 1))
-
-
-CASES += [
-    Case("preparation_subprocess_stepping_an_optimizer", "fault", preparation_subprocess),
-    Case("learning_rate_range_test_before_the_fit", "fault", lr_range_test),
-    Case("two_losses_without_accumulation", "fault", two_losses_without_accumulation),
-    Case("accumulation_by_averaged_losses", "fault", averaged_losses_accumulation),
-    Case("slurm_ntasks_inherited_from_an_allocation", "fault", slurm_ntasks_inherited),
-]
+CASES += ASSUMPTION_CASES
 
 
 def run_validity(root: Path) -> EvidenceTally:

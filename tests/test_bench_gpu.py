@@ -117,10 +117,13 @@ def test_the_first_pair_stops_provisionally_and_is_run_again_only_when_it_may_be
 
 
 def test_a_pair_its_own_steps_cannot_separate_stops_past_the_stress_step() -> None:
-    """base24's answer, accum=1 split=32, lies inside accum=2 split=16's 8-step interval: it ran to the 32-step cap
-    before core/decision.py's rule 5; now it stops past its stress step, and the answer is the same."""
+    """base24's answer, accum=1 split=32, lies next to accum=2 split=16's 8-step interval: on median figures it ran to the
+    32-step cap before core/decision.py's rule 5. On wall-time figures (issue 50) the intervals are t-intervals, and the
+    decision's rules (precision, a tie, rule 5; tests/test_decision.py drives rule 5 itself) stop it past its stress step
+    in most runs; where its interval still straddles the rival's by more than the noise it runs on, which is right. The
+    answer is the same in every run."""
     land = load("base24")
     runs = [sim.one_device_phase(land, sim.WARM, seed) for seed in range(4)]
-    stopped = [r.results["accum1_split32"] for r in runs if "cannot separate" in r.results["accum1_split32"].stopped_early]
-    assert stopped and all(8 <= len(r.step_times_s) < 32 for r in stopped)
+    steps = [len(r.results["accum1_split32"].step_times_s) for r in runs]
+    assert all(n >= 8 for n in steps) and sum(n < 32 for n in steps) >= 3, steps
     assert all(sim.pick_of(r.results) == "accum1_split32" for r in runs)

@@ -168,8 +168,20 @@ def _print_probe(out: TextIO, record_dir: Path, args: argparse.Namespace, log: T
     print(f"probe throughput: {value * factor:,.1f} {unit}, 95% interval [{low * factor:,.1f}, {high * factor:,.1f}] over {len(times)} step(s)", file=out)
     if log is None or log.unit != unit:
         return
-    verdict = agreement(log, (value * factor, low * factor, high * factor))
-    print(f"log vs probe: {log.value:,.1f} vs {value * factor:,.1f} {unit}: {verdict}", file=out)
+    # Like with like: the log's figure is a median of its per-step rates, so it is set against the probe's median step
+    # (and its order-statistic interval), not against the wall-time figure, which counts every slow step (issue 50).
+    like, like_low, like_high = (factor * x for x in _median_step_figure(times, args.global_batch_size))
+    verdict = agreement(log, (like, like_low, like_high))
+    print(f"log vs probe: {log.value:,.1f} vs {like:,.1f} {unit} (the probe's median step): {verdict}", file=out)
+
+
+def _median_step_figure(times: Sequence[float], samples_per_step: int) -> tuple[float, float, float]:
+    """(the median step's rate, its 95% order-statistic interval): the statistic a log's median of per-step rates is."""
+    from sweep.core.stats import median, median_interval_ranks
+
+    ordered = sorted(times)
+    lo_rank, hi_rank = median_interval_ranks(len(ordered))
+    return samples_per_step / median(ordered), samples_per_step / ordered[hi_rank], samples_per_step / ordered[lo_rank]
 
 
 def agreement(log: ThroughputSummary, probe: tuple[float, float, float]) -> str:
