@@ -87,15 +87,15 @@ def ranks_own(trial: Path) -> dict[int, dict[str, Any]]:
 
 
 def own_figure(trial: Path, result: dict[str, Any]) -> float:
-    """The trial's figure from the ranks' own clocks: the global batch over the median of each timed step's
-    slowest rank, over the steps the record timed."""
+    """The trial's figure from the ranks' own clocks: the global batch times the steps over the wall time of each
+    timed step's slowest rank (samples over wall time, as the sweep's figure is), over the steps the record timed."""
     ranks = ranks_own(trial)
     first, n = result["warmup_steps"], result["steps_measured"]
     # A rank writes its file just after the step the probe recorded: stopped in between, its file is a step short.
     written = min(len(r["steps"]) for r in ranks.values())
     assert written >= first + n - 1, (written, first, n)
     slowest = [max(r["steps"][i] for r in ranks.values()) for i in range(first, min(first + n, written))]
-    return GBS / statistics.median(slowest)
+    return GBS * len(slowest) / sum(slowest)
 
 
 def test_each_node_has_its_own_hostname_loopback_and_hosts_file(slurm_nodes: Any, tmp_path: Path) -> None:
