@@ -11,13 +11,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from bad_input_support import FAULT, argv, case_env, cmd, full_args, run_all
 from sweep_run import sweep_process
-
-FAULT = Path(__file__).with_name("fake_train.py")
 
 # A sweep config group of broken files, found through hydra.searchpath (never under conf/ or sweeps/).
 BROKEN_FILES = {
@@ -36,19 +34,6 @@ BROKEN_FILES = {
         'workload:\n  argv: [python, "--b={accum}"]\n  parser:\n    type: regex\n    pattern: "("\n'
     ),
 }
-
-
-def argv(*parts: str) -> str:
-    """A workload.argv override: a quoted list, as the shell would pass it."""
-    return "workload.argv=[" + ",".join(f'"{p}"' for p in parts) + "]"
-
-
-FAKE = argv(sys.executable, str(FAULT), "--accum={accum}", "--split={split}", "--global_batch_size={global_batch_size}")
-
-
-def cmd(*extra: str, command: str = FAKE) -> list[str]:
-    """The fast fake command as the workload: a case that wrongly passes runs seconds, not minutes."""
-    return ["workload=command", command, "global_batch_size=64", "search=grid", "trial.time_limit_s=20", *extra]
 
 
 def broken(name: str) -> list[str]:
@@ -184,16 +169,6 @@ CASES: list[tuple[str, list[str], list[str]]] = [
 ]
 
 
-def case_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SWEEP_DEBUG", "HYDRA_FULL_ERROR")}
-    env.update(PYTHONUNBUFFERED="1", **(env_extra or {}))
-    return env
-
-
-def full_args(args: list[str], cwd: Path, searchpath: Path) -> list[str]:
-    return [f"hydra.sweep.dir={cwd / 'sweep_dir'}", *(a.replace("{SEARCHPATH}", str(searchpath)) for a in args)]
-
-
 def run_case(args: list[str], cwd: Path, searchpath: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """A fresh `python -m sweep` interpreter."""
     return sweep_process(full_args(args, cwd, searchpath), cwd, case_env(env_extra), timeout=120, fresh=True)
@@ -212,14 +187,7 @@ def searchpath(tmp_path_factory) -> Path:
 def outcomes(tmp_path_factory, searchpath):
     """Every case run once, a few at a time: {case id: (process, its working dir)}."""
     dirs = {case: tmp_path_factory.mktemp(f"bad_{case}") for case, _, _ in CASES}
-
-    def one(case_args):
-        case, args = case_args
-        return case, sweep_process(full_args(args, dirs[case], searchpath), dirs[case], case_env(), timeout=120)
-
-    with ThreadPoolExecutor(max_workers=max(2, 2 * (os.cpu_count() or 1))) as pool:
-        done = dict(pool.map(one, [(case, args) for case, args, _ in CASES]))
-    return {case: (done[case], dirs[case]) for case in done}
+    return run_all(CASES, dirs, searchpath)
 
 
 def test_case_names_are_unique():

@@ -6,13 +6,11 @@ preset) failed with `Key 'argv' not in 'RNNTWorkloadConfig'`: both orders now ru
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from bad_input_support import case_env, cmd, run_all
 from sweep_run import sweep_process
-from test_bad_input import case_env, cmd, full_args
 
 HEADERLESS = {
     # A user's preset as a plain YAML file: Hydra files its keys under `sweep.` and its override under workload@sweep.
@@ -50,14 +48,7 @@ def searchpath(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory, searchpath):
     dirs = {case: tmp_path_factory.mktemp(f"bad_more_{case}") for case, _, _ in CASES}
-
-    def one(case_args):
-        case, args = case_args
-        return case, sweep_process(full_args(args, dirs[case], searchpath), dirs[case], case_env(), timeout=120)
-
-    with ThreadPoolExecutor(max_workers=max(2, 2 * (os.cpu_count() or 1))) as pool:
-        done = dict(pool.map(one, [(case, args) for case, args, _ in CASES]))
-    return {case: (done[case], dirs[case]) for case in done}
+    return run_all(CASES, dirs, searchpath)
 
 
 @pytest.mark.parametrize("case, args, expected", CASES, ids=[c[0] for c in CASES])
