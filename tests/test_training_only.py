@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from sweep.core.confidence import unsteady
 from sweep.core.growth import late_oom_note
 from sweep.core.probe_report import summarise
-from sweep.core.schema import OK, OOM, REJECTED, TrialResult
+from sweep.core.schema import OK, OOM, TrialResult
+from sweep.core.steady import changed_pace as regime_problem
 from sweep.core.training_window import range_test_steps, training_sources
-from sweep.core.validity import regime_problem, validated
+from sweep.core.validity import validated
 
 GBS = 64
 ATTACK = Path(__file__).parent / "attack_train.py"
@@ -74,7 +76,8 @@ def test_a_figure_that_changes_pace_mid_trial_is_not_one_steady_regime():
     assert "changed pace mid-trial: 8 at 20" in why and "then 10 at 80" in why
     r = TrialResult(accum=1, split=1, per_device_batch=GBS, joint_batch=GBS, global_batch_size=GBS, num_devices=1, status=OK,
                     step_times_s=fast + slow, throughput=GBS / 0.05, measured_by="probe")
-    assert validated(r).status == REJECTED and "changed pace mid-trial" in r.error
+    # Not rejected (a busy box's neighbour does this to a right figure), but no steady state: no 80 while it could lead.
+    assert validated(r).status == OK and unsteady(r)
     # One regime's noise and stalls are not two regimes: a stall every third step, a box that got 1.6x quieter.
     assert regime_problem([0.05, 0.05, 0.21] * 6) == ""
     assert regime_problem([0.08] * 10 + [0.05] * 10) == ""

@@ -380,3 +380,30 @@ def test_a_command_that_starts_more_ranks_than_devices_is_rejected(tmp_path):
     assert "world size was 2 where machine.num_devices=1: each step trained 2x the global batch" in row["reason"]
     # No pair measured what was asked: no answer, and the exit status says so (as when none ran ok).
     assert proc.returncode == 1 and "no recommendation yet: no trial has run ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_leader_whose_steps_changed_pace_mid_trial_keeps_the_score_below_80():
+    """Issue 50: a figure that changes regime mid-trial is not steady. It is not rejected (a busy box's neighbour does
+    that to a right figure: real Lightning, HF and fastai trials were, under a loaded test run), but while such a pair
+    could be the answer the score stays below 80; the same steps at one pace earn the 99."""
+    from sweep.core.confidence import unsteady
+    from sweep.core.validity import validated
+
+    cands = enumerate_candidates(GBS, 1, [1, 2], [1, 2])
+
+    def pair(accum: int, split: int, rate: float, paces=(1.0,)):
+        n = 16
+        return ok(accum, split, [GBS / rate * paces[min(len(paces) - 1, i * len(paces) // n)] * (1 + 0.002 * (i % 3)) for i in range(n)])
+
+    def oom11():
+        return replace(pair(1, 2, 960.0), accum=1, split=1, per_device_batch=64, joint_batch=64, status=OOM, oom_phase=OomPhase.JOINT,
+                       throughput=None)
+
+    steady = {r.key: r for r in (pair(1, 2, 960.0), pair(2, 1, 480.0), pair(2, 2, 300.0), oom11())}
+    assert confidence_score(cands, steady) == 99
+    changed = pair(1, 2, 960.0, paces=(1.0, 3.0))  # 8 steps at one pace, 8 at a third of it
+    assert validated(replace(changed)).status == OK and unsteady(changed)
+    assert confidence_score(cands, {**steady, changed.key: changed}) < 80
+    # A runner-up that changed pace, outranked by the ordering and by a leader measured steadily, holds nothing down.
+    slow_changed = pair(2, 2, 300.0, paces=(1.0, 3.0))
+    assert unsteady(slow_changed) and confidence_score(cands, {**steady, slow_changed.key: slow_changed}) == 99

@@ -52,6 +52,7 @@ from sweep.core.measure import MIN_INTERVAL_STEPS
 from sweep.core.schema import CANCELLED, OK, OOM, REJECTED, TrialResult
 from sweep.core.space import Candidate
 from sweep.core.stats import interval_se, normal_pdf, special, wall_time_se
+from sweep.core.steady import changed_pace
 
 __all__ = ["confidence_score", "leader_probability", "leader_key", "open_pairs", "rank_order"]
 
@@ -200,6 +201,12 @@ def thinly_measured(r: TrialResult) -> bool:
     if r.measured_by == "log" and steps <= 1:
         return False
     return steps < MIN_INTERVAL_STEPS
+
+
+def unsteady(r: TrialResult) -> bool:
+    """An ok pair whose probe steps changed pace mid-trial (core/steady.changed_pace): its figure is what that window
+    trained at, but no steady state, so, like a thin one, it keeps the score below 80 while it could be the answer."""
+    return r.status == OK and r.measured_by == "probe" and bool(changed_pace(r.step_times_s))
 
 
 def outranked_by_measured(
@@ -365,7 +372,7 @@ def confidence_score(
     # Likewise a pair that could be the answer (the leader, or one no pair measured in full outranks) whose whole
     # figure rests on a step or two: the score's 80 and above are earned by steps, never assumed.
     lead = leader_key(results)
-    thin = [r for r in results.values() if thinly_measured(r) and (r.key == lead or not outranked_by_measured(r, results, breaks))]
+    thin = [r for r in results.values() if (thinly_measured(r) or unsteady(r)) and (r.key == lead or not outranked_by_measured(r, results, breaks))]
     if capped and (cut_short or thin or open_neighbours(candidates, everything, predicted_oom)):
         p = min(p, UNMEASURED_CAP)
     return max(0, min(99, int(round(100 * p))))

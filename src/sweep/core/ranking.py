@@ -31,6 +31,7 @@ from sweep.core.schema import (
 )
 from sweep.core.space import Candidate
 from sweep.core.stats import stall_note
+from sweep.core.steady import changed_pace
 
 # trials.csv columns, in order; units are in the names. sweep.load() documents the dtypes.
 TABLE_COLUMNS = [
@@ -64,7 +65,7 @@ TABLE_COLUMNS = [
     "peak_reserved_gib",
     "capacity_gib",
     "measured_by",
-    "stalls",  # issue 50: an ok pair's steps stall (core/stats.py stall_note); "" when they do not
+    "stalls",  # issue 50: an ok pair's steps stall (core/stats.py stall_note) or change pace (core/steady.py); "" if neither
     # The drift check's (core/drift.py): the re-timing's own figure, and the figure rank and speedup rest on
     # (the geometric mean of both timings where the pair was re-timed, else the trial's own figure) with its interval.
     "retimed_throughput_samples_per_s",
@@ -201,7 +202,8 @@ def build_table(
                 peak_reserved_gib=res.peak_reserved_gib,
                 capacity_gib=res.capacity_gib,
                 measured_by=measured_by(res),
-                stalls=stall_note(res.step_times_s) if res.status == OK else "",
+                # Where the steps are not one steady pattern: stalls again and again, or a change of pace mid-trial.
+                stalls="; ".join(filter(None, (stall_note(res.step_times_s), changed_pace(res.step_times_s)))) if res.status == OK else "",
             )
             if res.status == OK and res.throughput:
                 ranked_on = judged.get(cand.key, res)

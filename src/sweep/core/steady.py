@@ -139,3 +139,41 @@ def still_warming(step_times_s: Sequence[float]) -> str:
         f"still speeding up at its last step: the first third of its {len(steps)} timed steps ran {slower:.0%} slower than the "
         f"last third (falling trend, p={p:.2g}), so it never reached a steady state; raise trial.warmup_steps"
     )
+
+
+REGIME_FACTOR = 2.0  # one pace, then another this many times slower or faster: two regimes, not one's noise
+# Steps on each side of the change. A busy box's neighbour starting or ending moves a few steps at once (a 2x run of
+# three was seen under two busy loops): a phase of the trainer's own lasts longer than that.
+MIN_REGIME_STEPS = 5
+REGIME_BINS = 64
+
+
+def changed_pace(step_times_s: Sequence[float]) -> str:
+    """One line where the timed steps are two regimes (steps at one pace, then at another REGIME_FACTOR or more apart
+    for the rest), or "". Not a rejection: a busy box's neighbour starting or ending does this to a right figure (a
+    real Lightning and HF trial at 3x under a loaded test run), and the figure, samples over the whole window's wall
+    time, is what that window trained at. It is no steady state either, so the score holds such a pair below 80 while
+    it could be the answer (core/confidence.py unsteady), and the table says why (its `stalls` column). The two
+    sides must not overlap (the slower side's fastest step slower than the faster side's slowest): a stall every few
+    steps is one regime's, whose figure counts it. A slow start core/steady.py trims never reaches
+    here; a busy box's drift (a neighbour's job ending: 1.6x) stays under the factor."""
+    steps = [float(t) for t in step_times_s if t > 0]
+    if len(steps) < 2 * MIN_REGIME_STEPS:
+        return ""
+    # A long run (a warm worker's 1200 steps) is judged on the medians of REGIME_BINS runs of steps: a bounded cost.
+    times = steps if len(steps) <= REGIME_BINS else [float(np.median(b)) for b in np.array_split(np.asarray(steps), REGIME_BINS)]
+    per_bin = len(steps) / len(times)
+    logs = np.log(np.asarray(times))
+    # The change point: where the two sides' spread about their own medians is least (of log step times).
+    k = min(range(MIN_REGIME_STEPS, len(times) - MIN_REGIME_STEPS + 1),
+            key=lambda k: float(np.abs(logs[:k] - np.median(logs[:k])).sum() + np.abs(logs[k:] - np.median(logs[k:])).sum()))
+    before, after = np.asarray(times[:k]), np.asarray(times[k:])
+    slow, fast = (after, before) if np.median(after) > np.median(before) else (before, after)
+    ratio = float(np.median(slow) / np.median(fast))
+    if ratio < REGIME_FACTOR or slow.min() <= fast.max():
+        return ""
+    first, rest, at = float(np.median(times[:k])), float(np.median(times[k:])), round(k * per_bin)
+    return (
+        f"the steps changed pace mid-trial: {at} at {first * 1e3:.4g} ms, then {len(steps) - at} at {rest * 1e3:.4g} ms "
+        f"({ratio:.3g}x): not one steady regime (the host's load changed, or a phase before or after the training loop)"
+    )

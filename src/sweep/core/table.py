@@ -34,7 +34,7 @@ _LEGEND = {
     # Short enough to take three lines of a 60-column live view (the live view keeps its rows above it).
     EARLY_MARK: "early = stopped before its last step: more steps could not change the answer (it could not beat the leader, "
     "was ahead of every measured pair, or tied with its rivals or inside one's interval), or provisionally as the first pair",
-    STALLS_MARK: "stalls = some steps ran far slower than the typical step, again and again (a starved data loader, a periodic "
+    STALLS_MARK: "stalls = some steps ran far slower than the typical step, again and again, or from some step on (a starved data loader, a periodic "
     "sync or flush): the figure is samples over wall time, stalls included, the speed training runs at",
     RETIMED_MARK: "retimed = timed again by the drift check: its figure is the geometric mean of both timings, the one every "
     "ranking of the sweep rests on (each timing below)",
