@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from landscapes import LANDSCAPES, Landscape, random_landscape  # noqa: E402
 from landscapes_measure import Measurement, run_measured_sweep  # noqa: E402
 
-from sweep.core.config import MachineConfig, TrialConfig  # noqa: E402
+from sweep.core.config import DEMO_MEMORY_GIB, TrialConfig  # noqa: E402
 from sweep.core.implications import leader_key  # noqa: E402
 from sweep.core.measure import cannot_win  # noqa: E402
 from sweep.core.memory_model import OOM_PROBABILITY, fit_from_results, p_exceeds  # noqa: E402
@@ -149,7 +149,8 @@ def cpu_workload(extra: list[str]) -> tuple[bool, list[tuple[str, str, bool]], l
     print(f"orchestrator overhead (staircase): {stair['orchestrator_share']:.1%} of wall time while it ran (target < 5%); "
           f"{stair['startup_cpu_s']:.1f} s of CPU before its first trial")
     # The memory model, fitted on what the staircase measured, asked about every pair the grid ran.
-    capacity = next((float(a.split("=", 1)[1]) for a in extra if a.startswith("machine.memory_gib=")), MachineConfig().memory_gib)
+    # The built-in demo's emulated budget unless the run set one (machine.memory_gib defaults to none: core/config.py).
+    capacity = next((float(a.split("=", 1)[1]) for a in extra if a.startswith("machine.memory_gib=")), DEMO_MEMORY_GIB)
     fit = fit_from_results([as_result(r) for r in stair["rows"].values() if r["status"] in (OK, OOM)], capacity)
     verdicts = []
     for row in grid["rows"].values():
