@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -149,6 +150,13 @@ REGIME_BINS = 64
 
 
 def changed_pace(step_times_s: Sequence[float]) -> str:
+    """The change of pace below (_changed_pace), cached on the steps: the table and the score ask it of every ok
+    record each time one lands."""
+    return _changed_pace(tuple(float(t) for t in step_times_s))
+
+
+@lru_cache(maxsize=4096)
+def _changed_pace(step_times_s: tuple[float, ...]) -> str:
     """One line where the timed steps are two regimes (steps at one pace, then at another REGIME_FACTOR or more apart
     for the rest), or "". Not a rejection: a busy box's neighbour starting or ending does this to a right figure (a
     real Lightning and HF trial at 3x under a loaded test run), and the figure, samples over the whole window's wall
