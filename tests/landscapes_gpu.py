@@ -319,7 +319,7 @@ def _stop(
         first = PROVISIONAL_STEPS if policy.provisional and provisional and not policy.screen else 0
         return decision_stop(
             key, view, finished, gbs, first_pair_steps=MEASURE_STEPS, ahead_steps=ahead, run_to_run_noise=policy.run_to_run_noise,
-            provisional_steps=first,
+            provisional_steps=first, max_steps=max_steps,
         )
     lead = next((r for r in ranked_ok(finished) if r.step_times_s and not r.tight), None)
     if lead is None:

@@ -342,6 +342,35 @@ def test_a_possible_answer_inside_a_finished_rivals_interval_stops_past_its_stre
         assert why is None
 
 
+@pytest.mark.parametrize(
+    # (the trial's cap, stops?): its 95% interval 6963-7104 reaches above the finished rival's 5509-7008 by 1.4%
+    ("cap", "stops"),
+    [
+        (32, True),  # by 32 steps its interval narrows to +-1%: even at 7104 its lower bound stays under 7008 + 1%
+        (100_000, False),  # with steps enough its lower bound could clear the rival's: its own steps may separate them
+        (8, False),  # at the cap already: the trial's own rule ends it, not this one
+        (0, False),  # the cap unknown: only a rival that holds its whole interval counts
+    ],
+)
+def test_a_possible_answer_its_own_steps_cannot_separate_by_the_cap_stops(cap, stops):
+    results = {"accum1_split2": ok("accum1_split2", [t * 1.03 for t in WIDE])}
+    mine = [t * 0.91 for t in STEADY]
+    why = decision_stop("accum2_split1", {"accum2_split1": Running(PAIRS["accum2_split1"], mine)}, results, GBS, first_pair_steps=8,
+                        ahead_steps=8, max_steps=cap)
+    if stops:
+        assert why is not None and "cannot clear, by the cap of 32 steps," in why and "accum1_split2" in why
+    else:
+        assert why is None
+
+
+def test_racing_hands_the_trials_cap_to_the_decision(tmp_path):
+    results = {"accum1_split2": ok("accum1_split2", [t * 1.03 for t in WIDE])}
+    write_progress(trial_dir(tmp_path, "accum2_split1"), progress_record([t * 0.91 for t in STEADY]))
+    assert Racing(tmp_path, GBS, PAIRS, StopSteps(8, 8, 0)).stop_losers(["accum2_split1"], results) == {}
+    told = Racing(tmp_path, GBS, PAIRS, StopSteps(8, 8, 0, 32)).stop_losers(["accum2_split1"], results)
+    assert "cannot clear, by the cap of 32 steps," in told["accum2_split1"]
+
+
 def test_a_running_rival_holding_it_does_not_stop_it_and_a_tied_one_may_join_a_holding_one():
     wide = [t * 1.03 for t in WIDE]
     # A running rival's interval still narrows: its steps may yet separate the two.

@@ -171,9 +171,9 @@ def test_screening_rows_meet_the_stress_step_and_only_the_confirmations_never_st
 
     plan = compose_plan(["+machine=a100x8", *SLURM], str(tmp_path / "s"))
     ahead = plan_ahead_steps(plan.workload, plan.trial.warmup_steps)
-    assert plan.screen and plan_stop_steps(plan) == StopSteps(plan.trial.measure_steps, ahead, 0)
+    assert plan.screen and plan_stop_steps(plan) == StopSteps(plan.trial.measure_steps, ahead, 0, plan.trial.max_measure_steps)
     sub = screening_plan(plan)
-    assert sub.nominates_only and plan_stop_steps(sub) == StopSteps(plan.trial.measure_steps, ahead, PROVISIONAL_STEPS)
+    assert sub.nominates_only and plan_stop_steps(sub) == StopSteps(plan.trial.measure_steps, ahead, PROVISIONAL_STEPS, sub.trial.max_measure_steps)
     # The grid's first pair is its biggest micro-batch, as likely the answer as not: never provisional.
     grid = compose_plan(["+machine=a100x8", *SLURM, "search=grid"], str(tmp_path / "g"))
     assert plan_stop_steps(screening_plan(grid)).provisional == 0

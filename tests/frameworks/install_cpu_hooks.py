@@ -22,5 +22,8 @@ if __name__ == "__main__":
                 os.remove(pth(folder))
             continue
         with open(pth(folder), "w") as f:
-            f.write(f"{os.path.join(here, folder)}\nimport {module}\n")
+            # A .pth line that raises prints a traceback at every interpreter start; a moved or deleted clone must
+            # leave the interpreter quiet, so the import runs only where the module is still there.
+            f.write(f"{os.path.join(here, folder)}\n"
+                    f"import importlib.util; importlib.util.find_spec({module!r}) and __import__({module!r})\n")
         print(f"wrote {pth(folder)}")

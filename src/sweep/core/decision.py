@@ -64,7 +64,10 @@ and, also only once its fit is known, when
    rival's interval, where no interval of its own can clear the rival's: only the rival's steps
    could order them, and it has stopped. The order of the two medians decides, and the confidence
    score carries both intervals as they are. (On the H100's base24, accum=1 split=32 ran 24 timed
-   steps past its stress step inside accum=2 split=16's 8-step interval, to the cap.)
+   steps past its stress step inside accum=2 split=16's 8-step interval, to the cap.) The same holds
+   of a rival that does not hold its interval whole but that no figure inside its interval could
+   clear by the trial's cap (trial.max_measure_steps), its interval narrowed as its steps' scatter
+   says it will (_unseparable_by_cap): the cap would end it undecided whatever its truth.
 
 A pair that may still be the answer (its interval overlaps the leader's or the runner-up's, further
 apart than the noise, and reaches out of them) runs on until the trial's own rule (target precision
@@ -85,7 +88,7 @@ from sweep.core.measure import MIN_INTERVAL_STEPS, RACE_MARGIN, cannot_win, race
 from sweep.core.ranking import ranked_ok, recommendable
 from sweep.core.schema import OK, TrialResult
 from sweep.core.space import Candidate
-from sweep.core.stats import throughput_summary
+from sweep.core.stats import t95, throughput_summary, wall_time_se
 from sweep.core.steady import still_warming
 
 # Timed steps after warm-up before a pair may stop because it cannot win. The built-in RNN-T's
@@ -152,6 +155,27 @@ def _holds(outer: Interval, inner: Interval) -> bool:
     return inner[0] * (1.0 + RACE_MARGIN) >= outer[0] and inner[1] <= outer[1] * (1.0 + RACE_MARGIN)
 
 
+def _unseparable_by_cap(outer: Interval, inner: Interval, times: Sequence[float], max_steps: int) -> bool:
+    """Whether no figure inside `inner` (its 95% interval) would let the pair's own steps clear `outer` (a finished
+    rival's interval, racing's margin on each side) by the trial's cap: a futility bound on its own further steps.
+
+    At the cap its log half-width is today's standard error scaled by sqrt(n / max_steps) times the t quantile on
+    max_steps - 1 (the steps' scatter as measured). Even were its figure its upper bound, its lower bound at the cap
+    would not clear the rival's upper one; even were it its lower bound, its upper bound would not fall below the
+    rival's lower one. Where both hold, the cap ends it inside the rival's interval whatever its truth: only the
+    rival's steps could order them, as when `outer` holds `inner` whole (_holds)."""
+    n = len(times)
+    if max_steps <= n:
+        return False  # the trial's own rule ends it now
+    se, _ = wall_time_se(times)
+    if not math.isfinite(se):
+        return False
+    at_cap = t95(max_steps - 1) * se * math.sqrt(n / max_steps)
+    cannot_clear_above = inner[1] * math.exp(-at_cap) <= outer[1] * (1.0 + RACE_MARGIN)
+    cannot_fall_below = inner[0] * math.exp(at_cap) * (1.0 + RACE_MARGIN) >= outer[0]
+    return cannot_clear_above and cannot_fall_below
+
+
 def outranking(cand: Candidate, results: Mapping[str, TrialResult]) -> list[TrialResult]:
     """The finished roomy ok pairs that outrank `cand` by the throughput ordering (where no measurement has
     contradicted it: core/implications.ordered_below), fastest first."""
@@ -189,6 +213,7 @@ def decision_stop(
     run_to_run_noise: float = 0.0,
     provisional_steps: int = 0,
     space: Sequence[Candidate] | None = None,
+    max_steps: int = 0,
 ) -> str | None:
     """Why the running trial `key` should stop now, or None while it may still change the answer.
 
@@ -198,6 +223,8 @@ def decision_stop(
     provisional_steps: where the search's first pair stops provisionally (rule 0, PROVISIONAL_STEPS);
     0 for a trial that must not (a re-run of a provisional pair, a confirmation of screened ones).
     space: the sweep's candidates, whose values say which pairs are next to each other (rule 1); None: one doubling.
+    max_steps: the trial's cap (trial.max_measure_steps), for rule 5's bound on what its own steps can still separate;
+    0: unknown, so only a rival whose interval holds its whole interval counts.
     """
     me = running[key]
     times = [t for t in me.step_times_s if t > 0]
@@ -266,11 +293,14 @@ def decision_stop(
         )
     # 5. the rest hold its whole interval in finished ones of their own: only their steps could order them
     holding = [(k, iv) for k, iv in open_rivals if k not in ties and k in results and _holds(iv, mine)]
-    if open_rivals and len(ties) + len(holding) == len(open_rivals):
-        k, iv = holding[0]
+    by_cap = [(k, iv) for k, iv in open_rivals if k not in ties and k in results and (k, iv) not in holding
+              and _unseparable_by_cap(iv, mine, times, max_steps)]
+    if open_rivals and len(ties) + len(holding) + len(by_cap) == len(open_rivals):
+        k, iv = (holding or by_cap)[0]
+        where = "lies inside" if holding else f"cannot clear, by the cap of {max_steps} steps, "
         return (
             f"its own steps cannot separate it from {k}: its 95% interval {mine[0]:.4g}-{mine[1]:.4g} samples/s "
-            f"lies inside that finished pair's {iv[0]:.4g}-{iv[1]:.4g}"
+            f"{where} that finished pair's {iv[0]:.4g}-{iv[1]:.4g}"
         )
     return None
 
@@ -286,6 +316,7 @@ def decision_stops(
     provisional_steps: int = 0,
     in_full: Collection[str] = (),
     space: Sequence[Candidate] | None = None,
+    max_steps: int = 0,
 ) -> dict[str, str]:
     """{key: reason} for every running trial that should stop now; in_full: the running trials that may
     not stop provisionally (the re-runs of provisional pairs)."""
@@ -294,6 +325,7 @@ def decision_stops(
         reason = decision_stop(
             key, running, results, global_batch_size, first_pair_steps=first_pair_steps, ahead_steps=ahead_steps,
             run_to_run_noise=run_to_run_noise, provisional_steps=0 if key in in_full else provisional_steps, space=space,
+            max_steps=max_steps,
         )
         if reason:
             out[key] = reason

@@ -84,7 +84,7 @@ BATCH_MEANS_FROM = 16  # steps before the batch-means interval joins (4 blocks o
 
 
 @lru_cache(maxsize=256)  # one per degrees of freedom, asked for on every step of every trial
-def _t95(dof: int) -> float:
+def t95(dof: int) -> float:
     """The two-sided 95% quantile of Student's t with dof degrees of freedom."""
     return float(special().stdtrit(dof, 0.975))
 
@@ -92,7 +92,7 @@ def _t95(dof: int) -> float:
 def wall_time_half_width(step_times_s: Sequence[float]) -> float:
     """The 95% half-width of the log wall-time figure; inf under 2 steps (wall_time_se, times its t quantile)."""
     se, dof = wall_time_se(step_times_s)
-    return _t95(dof) * se if dof else math.inf
+    return t95(dof) * se if dof else math.inf
 
 
 def wall_time_se(step_times_s: Sequence[float]) -> tuple[float, int]:
@@ -137,7 +137,7 @@ def wall_time_se(step_times_s: Sequence[float]) -> tuple[float, int]:
         first = len(typical) - blocks * size  # the latest blocks: a remainder at the start is the steps nearest the warm-up
         means = [sum(typical[first + i * size : first + (i + 1) * size]) / size for i in range(blocks)]
         spell_se = math.sqrt(share * share * _var(means) / blocks + other_var) / mean
-        if _t95(blocks - 1) * spell_se > _t95(dof) * se:  # the wider interval, with its own degrees of freedom
+        if t95(blocks - 1) * spell_se > t95(dof) * se:  # the wider interval, with its own degrees of freedom
             se, dof = spell_se, blocks - 1
     return se, dof
 

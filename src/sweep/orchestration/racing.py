@@ -81,10 +81,11 @@ class StopSteps(NamedTuple):
     first_pair: int  # a pair with no rival measured (trial.measure_steps)
     ahead: int  # a pair ahead, tied, or past what its own steps can separate: past the stress step
     provisional: int  # the search's first pair (rule 0); 0: never
+    cap: int = 0  # trial.max_measure_steps, where rule 5 bounds what a pair's own steps can still separate; 0: unknown
 
 
 # trial.measure_steps' default, no stress step, no provisional stop: what a Racing is told when nothing else is
-PLAIN_STEPS = StopSteps(first_pair=TrialConfig.measure_steps, ahead=FIT_KNOWN_STEPS, provisional=0)
+PLAIN_STEPS = StopSteps(first_pair=TrialConfig.measure_steps, ahead=FIT_KNOWN_STEPS, provisional=0, cap=TrialConfig.max_measure_steps)
 
 
 class Racing:
@@ -133,7 +134,7 @@ class Racing:
                 for k, why in decision_stops(
                     now, results, self.global_batch_size, first_pair_steps=self.steps.first_pair, ahead_steps=self.steps.ahead,
                     run_to_run_noise=self.run_to_run_noise, provisional_steps=self.steps.provisional, in_full=self.in_full,
-                    space=list(self.candidates.values()),
+                    space=list(self.candidates.values()), max_steps=self.steps.cap,
                 ).items()
                 if k not in self.told
             }
@@ -153,7 +154,7 @@ def plan_stop_steps(plan: Any) -> StopSteps:
     stop there would most often be run again."""
     ahead = plan_ahead_steps(plan.workload, plan.trial.warmup_steps)
     provisional = 0 if plan.screen or plan.search == "grid" else PROVISIONAL_STEPS
-    return StopSteps(int(plan.trial.measure_steps), ahead, provisional)
+    return StopSteps(int(plan.trial.measure_steps), ahead, provisional, int(plan.trial.max_measure_steps))
 
 
 def plan_ahead_steps(workload: Any, warmup_steps: int) -> int:
