@@ -1,6 +1,6 @@
 """Is sweep.core.confidence calibrated, in sample and out of sample? Simulated sweeps with known truth.
 
-Runs staircase and grid sweeps over two families of synthetic landscapes (tests/landscapes.py):
+Runs staircase and grid sweeps over two families of synthetic landscapes (tests/support/landscapes.py):
 `in-sample`, the family the confidence priors were fitted on, and `out-of-sample`, a roofline
 model generated differently (compute roofline with tile padding, an allocator reserve and a
 ragged OOM edge, heavy-tailed step noise with stalls). After every landed result it scores the
@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from landscapes import BANDS, FAMILIES, Sample, calibration_table, simulate_calibration  # noqa: E402
+from support.landscapes import BANDS, FAMILIES, Sample, calibration_table, simulate_calibration  # noqa: E402
 
 STRATEGIES = ("staircase", "grid")
 OUTCOMES = ("strict", "near")

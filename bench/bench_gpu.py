@@ -5,16 +5,16 @@
 Landscapes:
 * recorded: the three H100 sweeps in tests/data/h100/ (base80, large80, base24; README there).
   Recorded pairs keep what the card did (status, late OOMs, peaks, their own step times); the
-  pairs a recording lacks are filled from a landscape model (tests/landscapes_h100.py): step time
+  pairs a recording lacks are filled from a landscape model (tests/support/landscapes_h100.py): step time
   fitted on the recorded ok pairs by non-negative least squares on accum and accum * split (at a
   fixed per-device total, a fixed cost per micro-batch and per joint chunk, so throughput follows
   the per-device and joint batch), memory from what the recorded peaks imply and else the memory
   model fitted on them, per-step spread drawn from the recorded steps, start-up from the recorded
   start-ups (11.8-16.3 s);
-* simulated: tests/landscapes.py's named landscapes and random ones, as one rank's share, with
+* simulated: tests/support/landscapes.py's named landscapes and random ones, as one rank's share, with
   start-ups in the recorded range.
 
-Policies (tests/landscapes_gpu.py simulates them step by step with the real staircase, memory
+Policies (tests/support/landscapes_gpu.py simulates them step by step with the real staircase, memory
 model, racing and decision rules):
 * before (today): a fresh process per trial, 2 warm-up steps, adaptive measurement to +-2% or the
   32-step cap, racing against the finished leader, one trial at a time; on an 8-GPU host
@@ -67,9 +67,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import landscapes_gpu as sim  # noqa: E402
-from landscapes import LANDSCAPES, random_landscape  # noqa: E402
-from landscapes_h100 import RECORDINGS, load  # noqa: E402
+from support import landscapes_gpu as sim  # noqa: E402
+from support.landscapes import LANDSCAPES, random_landscape  # noqa: E402
+from support.landscapes_h100 import RECORDINGS, load  # noqa: E402
 
 from sweep.core.decision import PROVISIONAL  # noqa: E402
 
@@ -223,7 +223,7 @@ def main() -> int:
     x, y, z0, z1 = show(f"recorded, {args.seeds} seeds each", measure(recorded, args.seeds))
     print(f"with a warm start of {warm_start_sensitivity(recorded, args.seeds)}")
     where_it_goes(recorded, args.seeds)
-    print("\n== simulated landscapes (tests/landscapes.py, one rank's share; start-up in the recorded range) ==")
+    print("\n== simulated landscapes (tests/support/landscapes.py, one rank's share; start-up in the recorded range) ==")
     rng = random.Random(0)
     simulated = [sim.Simulated(LANDSCAPES[n]) for n in ("typical", "split1_best", "stair_joint_oom", "pressure", "noisy")]
     simulated += [sim.Simulated(random_landscape(rng), name=f"random{i}") for i in range(args.random)]

@@ -1,7 +1,7 @@
 """Reliability figures for docs/reliability.md: kills survived, faults injected, bad inputs tried, results lost.
 
 Runs the scenarios of tests/test_faults.py and the table of tests/test_bad_input.py (the same
-helpers, tests/faultlib.py) and counts, rather than asserts, what happened:
+helpers, tests/support/faultlib.py) and counts, rather than asserts, what happened:
 
   kills survived    SIGKILLs that hit a running orchestrator (at random instants, and while it
                     was writing trials.csv, job.json, result.json or sweep.json), each followed by
@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import faultlib as F  # noqa: E402
+from support import faultlib as F  # noqa: E402
 
 
 class Tally:
@@ -128,7 +128,7 @@ def other_faults(root: Path, t: Tally) -> None:
 
 def launches(root: Path, t: Tally) -> None:
     """Issue 30's process and launch items, each a named case with what the user now sees."""
-    import launch_cases as L
+    from support import launch_cases as L
 
     def seen(row: dict) -> str:
         return f"{row.get('status')}: {row.get('reason', '')[:100]}"
@@ -168,7 +168,7 @@ def interrupts(root: Path, t: Tally) -> None:
     import os
     import signal
 
-    import test_interrupts as TI
+    from support import interrupts as TI
 
     cases = [("ctrl_c", [signal.SIGINT], 130, "interrupted"), ("ctrl_c_twice", [signal.SIGINT, signal.SIGINT], 130, "interrupted"),
              ("sigterm", [signal.SIGTERM], 143, "terminated"), ("closed_stdout", [], 141, "stdout closed")]
@@ -195,7 +195,7 @@ def interrupts(root: Path, t: Tally) -> None:
 
 
 def reruns_refused(root: Path, t: Tally) -> None:
-    import test_fingerprint as TF
+    from support import fingerprints as TF
 
     root.mkdir(parents=True)
     first = TF.sweep(root, "hydra.sweep.dir=D", *TF.COMMAND, "global_batch_size=16")
@@ -214,7 +214,7 @@ def reruns_refused(root: Path, t: Tally) -> None:
 
 
 def bad_inputs(root: Path, t: Tally) -> None:
-    import test_bad_input as B
+    from support import bad_input as B
 
     searchpath = root / "searchpath"
     (searchpath / "sweep").mkdir(parents=True)

@@ -13,7 +13,7 @@
    answer at those prices (the share the throughput ordering saves). The fixed-step grid's answer is judged by the same
    rule, for how often two grids agree on this box. Then the memory model against the grid's
    outcomes: fitted on the staircase's trials, and each pair fitted on all the grid's others.
-2. Simulated 8-GPU landscapes (tests/landscapes.py): "typical", whose best pair lies off the
+2. Simulated 8-GPU landscapes (tests/support/landscapes.py): "typical", whose best pair lies off the
    constant-product staircase, and "split1_best", whose best is the staircase's split=1 base.
    The grid (fixed steps, then adaptive measurement plus racing) vs the default staircase with the
    memory model, fixed measurement and then adaptive measurement plus racing (core/measure.py);
@@ -40,8 +40,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from landscapes import LANDSCAPES, Landscape, random_landscape  # noqa: E402
-from landscapes_measure import Measurement, run_measured_sweep  # noqa: E402
+from support.landscapes import LANDSCAPES, Landscape, random_landscape  # noqa: E402
+from support.landscapes_measure import Measurement, run_measured_sweep  # noqa: E402
 
 from sweep.core.config import DEMO_MEMORY_GIB, TrialConfig  # noqa: E402
 from sweep.core.implications import leader_key  # noqa: E402

@@ -10,15 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from attack_sweeps import answer as _answer
+from attack_sweeps import attack_sweep as _sweep
+from attack_sweeps import wrong as _wrong
 from reliability_evidence import Case
-
-
-def _helpers():
-    """reliability_validity's sweep runner and verdicts (imported here, late: that module appends these cases)."""
-    import reliability_validity as V
-
-    return V._sweep, V._answer, V._wrong
-
 
 FULL = ("search=grid", "split=1", "search.drift_check=false", "search.measure_to_decision=false", "search.racing=false")
 
@@ -38,7 +33,6 @@ def _figures_true(rows: dict, truths: dict[tuple[int, int], float]) -> tuple[boo
 
 def preparation_subprocess(root: Path):
     """A subprocess steps an SGD optimizer 40 times before each trial's training and exits: not the figure."""
-    _sweep, _answer, _wrong = _helpers()
     truths = {(1, 1): 800.0, (2, 1): 1000.0}
     _, rows, rec = _sweep(root, ',"--attack=prep_subprocess","--steps=30","--rates=1:1=800,2:1=1000"', "accum=1,2", *FULL)
     right, far, seen = _figures_true(rows, truths)
@@ -47,7 +41,6 @@ def preparation_subprocess(root: Path):
 
 def lr_range_test(root: Path):
     """A learning-rate range test (40 steps, 4x faster, the rate rising 1.3x a step) before the fit: not the figure."""
-    _sweep, _answer, _wrong = _helpers()
     truths = {(1, 1): 1000.0, (2, 1): 800.0}
     _, rows, rec = _sweep(root, ',"--attack=lr_find","--steps=30","--rates=1:1=1000,2:1=800"', "accum=1,2", *FULL)
     right, far, seen = _figures_true(rows, truths)
@@ -56,7 +49,6 @@ def lr_range_test(root: Path):
 
 def two_losses_without_accumulation(root: Path):
     """Two backward passes a micro-batch and --accum ignored: 2 passes a step at any accum (accum=2 passed alone)."""
-    _sweep, _answer, _wrong = _helpers()
     _, rows, rec = _sweep(root, ',"--attack=two_losses_no_accum","--steps=30","--rates=1:1=1000,2:1=900,4:1=800"', "accum=1,2,4", *FULL)
     statuses = {a: rows.get((a, 1), {}).get("status") for a in (1, 2, 4)}
     promised = statuses == {1: "ok", 2: "rejected", 4: "rejected"} and rec.get("accum") == 1
@@ -65,7 +57,6 @@ def two_losses_without_accumulation(root: Path):
 
 def averaged_losses_accumulation(root: Path):
     """Accumulation by averaging the micro-batches' losses, one backward pass a step: accum=2 is truly 25% faster."""
-    _sweep, _answer, _wrong = _helpers()
     truths = {(1, 1): 800.0, (2, 1): 1000.0, (4, 1): 900.0}
     _, rows, rec = _sweep(root, ',"--attack=mean_loss","--steps=30","--rates=1:1=800,2:1=1000,4:1=900"', "accum=1,2,4", *FULL)
     right, far, seen = _figures_true(rows, truths)
@@ -74,7 +65,6 @@ def averaged_losses_accumulation(root: Path):
 
 def slurm_ntasks_inherited(root: Path):
     """A one-process trainer in a sweep started inside a 4-task allocation (SLURM_NTASKS=4 in its environment)."""
-    _sweep, _answer, _wrong = _helpers()
     os.environ["SLURM_NTASKS"] = "4"
     try:
         _, rows, rec = _sweep(root, ',"--steps=20","--rates=1:1=1000,2:1=800"', "accum=1,2", *FULL)
@@ -87,7 +77,6 @@ def slurm_ntasks_inherited(root: Path):
 def stalls_every_third_step(root: Path):
     """accum=1's typical step is the fastest (1200 samples/s) but every third takes 4.2x: 580 over wall time, against
     accum=2's 867 and accum=4's 907 (steady). The median step ranked accum=1 first at 99."""
-    _sweep, _answer, _wrong = _helpers()
     _, rows, rec = _sweep(root, ',"--steps=45","--attacks=1:1=stall","--rates=1:1=1200,2:1=867,4:1=907"', "accum=1,2,4", "split=1")
     stalls = rows.get((1, 1), {}).get("stalls") or ""
     promised = rec.get("accum") == 4 and "1 step in 3" in stalls
@@ -97,7 +86,6 @@ def stalls_every_third_step(root: Path):
 def largest_fit_slower(root: Path):
     """accum=1 runs out of memory; accum=2, the largest micro-batch that fits, is slowed near the limit (600 samples/s);
     accum=4 runs 1.4x faster (840). The ordering ranked accum=4 below accum=2: never run, accum=2 at 99."""
-    _sweep, _answer, _wrong = _helpers()
     _, rows, rec = _sweep(root, ',"--oom-pairs=1:1","--rates=2:1=600,4:1=840,8:1=500"', "accum=1,2,4,8", "split=1", "search=staircase")
     status = rows.get((4, 1), {}).get("status")
     return rec.get("accum") == 4, f"accum=4 {status}; {_answer(rec)}", _wrong(rec, (4, 1))

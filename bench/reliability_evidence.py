@@ -52,7 +52,7 @@ def _classify(tail: str, code: int | None, sig: int | None = None, **kw):
 
 
 def sigkill_without_evidence(_: Path):
-    import test_classify as C
+    from support import failure_logs as C
 
     from sweep.parsers import KillEvidence
 
@@ -61,7 +61,7 @@ def sigkill_without_evidence(_: Path):
 
 
 def sigkill_with_cgroup_oom(_: Path):
-    import test_classify as C
+    from support import failure_logs as C
 
     from sweep.parsers import KillEvidence
 
@@ -70,21 +70,21 @@ def sigkill_with_cgroup_oom(_: Path):
 
 
 def oom_line_then_missing_file(_: Path):
-    import test_classify as C
+    from support import failure_logs as C
 
     got = _classify(C.CAUGHT_OOM_THEN_MISSING_FILE, 1)
     return got.status == "failed" and "FileNotFoundError" in got.reason, f"{got.status}: {got.reason}", got.status == "oom"
 
 
 def rank_oom_then_collective_errors(_: Path):
-    import test_classify as C
+    from support import failure_logs as C
 
     got = _classify(C.RANK1_OOM_THEN_OTHERS_FAIL, 1)
     return (got.status, got.oom_phase) == ("oom", "joint"), f"{got.status} ({got.oom_phase}): {got.reason[:90]}", False
 
 
 def nccl_cuda_failure_2(_: Path):
-    import test_classify as C
+    from support import failure_logs as C
 
     got = _classify(C.NCCL_CUDA_FAILURE_2, 1)
     return got.status == "oom", f"{got.status}: {got.reason}", False
@@ -101,12 +101,12 @@ def _summary(kind: str, log: bytes, **ctx):
 
 
 def nemo_asr_bar(_: Path):
-    import test_parsers as P
+    from support import parser_lines as P
     from tqdm import tqdm
 
     times = [0.9 + (i % 5) / 100 for i in range(37)]
     lines = [tqdm.format_meter(i + 1, 300, sum(times[: i + 1]), prefix="Epoch 0",
-                               postfix=f"v_num=0, train_step_timing in s={P._lightning_postfix(t)}") for i, t in enumerate(times)]
+                               postfix=f"v_num=0, train_step_timing in s={P.lightning_postfix(t)}") for i, t in enumerate(times)]
     found, s = _summary("lightning", ("\r".join(lines) + "\n").encode(), global_batch_size=64, accum=2)
     good = s is not None and s.measured + s.warmup == 37
     return good, f"{len(found)} figures read, {s.measured if s else 0} measured: {s.note if s else '-'}", not good
@@ -149,11 +149,11 @@ def deepspeed_pipeline_engine(_: Path):
 
 
 def caiman_two_step_lines(_: Path):
-    import test_parsers as P
+    from support import parser_lines as P
 
-    log = "\n".join([P._caiman_step(1, 1, 1, 900.0), P._caiman_step(1, 2, 2, 1000.0),
+    log = "\n".join([P.caiman_step(1, 1, 1, 900.0), P.caiman_step(1, 2, 2, 1000.0),
                      "DLL 2024-01-02 10:11:12.123456 - epoch    1 | train_avg_throughput-audio-samples-per-sec :  700.00 | train_avg_took :  1",
-                     P._caiman_step(2, 1, 3, 1400.0), P._caiman_step(2, 2, 4, 1420.0),
+                     P.caiman_step(2, 1, 3, 1400.0), P.caiman_step(2, 2, 4, 1420.0),
                      "DLL 2024-01-02 10:11:30.123456 - epoch    2 | train_avg_throughput-audio-samples-per-sec :  1100.00 | train_avg_took :  1"])
     _, s = _summary("myrtle", (log + "\n").encode(), global_batch_size=64)
     good = s is not None and abs(s.value - 1410.0) < 1e-6
@@ -163,7 +163,7 @@ def caiman_two_step_lines(_: Path):
 # -- bad figures: real sweeps ----------------------------------------------------------------------------
 
 def _sweep(cwd: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    import test_sweep_dir as D
+    from support import sweep_dirs as D
 
     return D.sweep(cwd, *args, timeout=timeout)
 
@@ -186,7 +186,7 @@ def _csv(path: Path) -> list[dict]:
 
 
 def impossible_figure_in_result_json(root: Path):
-    import test_fingerprint as TF
+    from support import fingerprints as TF
 
     outcomes = []
     for bad in (float("inf"), -550.0):
@@ -206,7 +206,7 @@ def impossible_figure_in_result_json(root: Path):
 
 
 def fifo_result_json(root: Path):
-    import test_sweep_dir as D
+    from support import sweep_dirs as D
 
     first = _sweep(root, "hydra.sweep.dir=F", *D.COMMAND)
     path = root / "F" / "trials" / "accum1_split1" / "result.json"
@@ -229,7 +229,7 @@ def _refused(proc: subprocess.CompletedProcess, *texts: str) -> tuple[bool, str]
 
 
 def latest_is_a_users_file(root: Path):
-    import test_sweep_dir as D
+    from support import sweep_dirs as D
 
     (root / "out").mkdir()
     (root / "out" / "latest").write_text("my notes\n")
@@ -240,7 +240,7 @@ def latest_is_a_users_file(root: Path):
 
 
 def not_a_sweep_dir(root: Path):
-    import test_sweep_dir as D
+    from support import sweep_dirs as D
 
     (root / "mine").mkdir()
     (root / "mine" / "trials.csv").write_text("mine\n")
@@ -249,7 +249,7 @@ def not_a_sweep_dir(root: Path):
 
 
 def sweep_dir_is_the_latest_link(root: Path):
-    import test_sweep_dir as D
+    from support import sweep_dirs as D
 
     _sweep(root, "hydra.sweep.dir=o/run1", *D.COMMAND)
     proc = _sweep(root, "hydra.sweep.dir=o/latest", *D.COMMAND)
@@ -258,14 +258,14 @@ def sweep_dir_is_the_latest_link(root: Path):
 
 
 def sweep_dir_root(root: Path):
-    import test_sweep_dir as D
+    from support import sweep_dirs as D
 
     good, line = _refused(_sweep(root, "hydra.sweep.dir=/", *D.COMMAND), "filesystem root")
     return good, line, False
 
 
 def refused_gpu_profile_writes_nothing(root: Path):
-    import test_sweep_dir as D
+    from support import sweep_dirs as D
 
     good, line = _refused(_sweep(root, "+machine=a100x8", *D.COMMAND), "needs 8 CUDA device(s)")
     left = sorted(p.name for p in root.iterdir())
@@ -273,7 +273,7 @@ def refused_gpu_profile_writes_nothing(root: Path):
 
 
 def damaged_sweep_json(root: Path):
-    import test_sweep_dir as D
+    from support import sweep_dirs as D
 
     _sweep(root, "hydra.sweep.dir=S", *D.COMMAND)
     (root / "S" / "sweep.json").write_text('{"argv": [')
@@ -282,7 +282,7 @@ def damaged_sweep_json(root: Path):
 
 
 def ctrl_c_while_starting(root: Path):
-    import test_sweep_dir as D
+    from support import sweep_dirs as D
 
     seen = []
     for delay in (0.0, 0.1, 0.2, 0.3):
@@ -292,8 +292,7 @@ def ctrl_c_while_starting(root: Path):
 
 
 def report_on_zero_throughput_rows(root: Path):
-    import test_api as A
-    import test_report as R  # noqa: F401 - the CSV edit below is the one test_report makes
+    from support import results as A  # the CSV edit below is the one tests/test_report.py makes
 
     sweep = A.make_sweep(root, "zero")
     rows = _csv(sweep / "trials.csv")

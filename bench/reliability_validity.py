@@ -22,43 +22,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
+from attack_sweeps import ATTACK, CONFIDENT, GBS  # noqa: E402 - beside this file: the attack trainer's sweeps
+from attack_sweeps import answer as _answer  # noqa: E402
+from attack_sweeps import attack_sweep as _sweep  # noqa: E402
+from attack_sweeps import run_sweep as _run_sweep  # noqa: E402
+from attack_sweeps import wrong as _wrong  # noqa: E402
 from reliability_evidence import Case, EvidenceTally, run_cases  # noqa: E402 - the bench's dir, beside this file
-
-ATTACK = ROOT / "tests" / "attack_train.py"
-GBS = 64
-CONFIDENT = 80
-
-
-def _run_sweep(root: Path, argv: str, *args: str) -> tuple[subprocess.CompletedProcess, dict, dict]:
-    """`python -m sweep` of the command `argv` (a workload.argv list) in root: (the process, trials.csv rows by pair,
-    recommendation.yaml or {})."""
-    root.mkdir(parents=True, exist_ok=True)
-    sweep_dir = root / "sweep"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, "-m", "sweep", f"hydra.sweep.dir={sweep_dir}", "workload=command", f"workload.argv={argv}",
-                           f"global_batch_size={GBS}", "max_in_flight=1", "trial.time_limit_s=120", "live=false", *args],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    rows = {}
-    if (sweep_dir / "trials.csv").exists():
-        rows = {(int(r["accum"]), int(r["split"])): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
-    rec_path = sweep_dir / "recommendation.yaml"
-    rec = yaml.safe_load(rec_path.read_text()) if rec_path.exists() else {}
-    return proc, rows, rec or {}
-
-
-def _sweep(root: Path, extra_argv: str, *args: str) -> tuple[subprocess.CompletedProcess, dict, dict]:
-    """One sweep of the attack trainer (_run_sweep), extra_argv appended to its argv."""
-    argv = (f'["{sys.executable}","{ATTACK}","--batch={{per_device_batch}}","--accum={{accum}}","--split={{split}}",'
-            f'"--global-batch={{global_batch_size}}","--marker-dir={root}"{extra_argv}]')
-    return _run_sweep(root, argv, *args)
-
-
-def _answer(rec: dict) -> str:
-    return f"recommended accum={rec['accum']} split={rec['split']} at {rec['confidence']}/100" if rec.get("accum") else "no recommendation"
-
-
-def _wrong(rec: dict, best: tuple[int, int]) -> bool:
-    return bool(rec.get("accum")) and (rec["accum"], rec["split"]) != best and int(rec.get("confidence") or 0) >= CONFIDENT
 
 
 def cold_first_trial(root: Path):
@@ -166,7 +135,7 @@ def warm_worker_killed_after_an_oom(root: Path):
     import signal
     import time
 
-    from test_warm_workers import running_worker
+    from support.warm_workers import running_worker
 
     root.mkdir(parents=True, exist_ok=True)
     sweep_dir = root / "sweep"
@@ -203,10 +172,10 @@ def ctrl_c_in_the_drift_check(root: Path):
     import signal
     import time
 
-    from test_drift import _retiming_sweep
+    from support.drift import retiming_sweep
 
     root.mkdir(parents=True, exist_ok=True)
-    args, env, sweep_dir = _retiming_sweep(root)
+    args, env, sweep_dir = retiming_sweep(root)
     with (root / "out.txt").open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -234,10 +203,10 @@ def killed_in_the_drift_check(root: Path):
     import time
 
     import psutil
-    from test_drift import _retiming_sweep
+    from support.drift import retiming_sweep
 
     root.mkdir(parents=True, exist_ok=True)
-    args, env, sweep_dir = _retiming_sweep(root)
+    args, env, sweep_dir = retiming_sweep(root)
     with (root / "out.txt").open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -274,7 +243,7 @@ def second_sweep_while_screening(root: Path):
     import re
     import time
 
-    from test_screening import GATED
+    from support.scripts import GATED
 
     root.mkdir(parents=True, exist_ok=True)
     script, sweep_dir = root / "train.py", root / "sweep"
@@ -344,7 +313,7 @@ CASES = [
 
 
 # Issue 50's cases (only training counts, accumulation across pairs, the wall-time figure, the ordering as a prior).
-from reliability_assumptions import ASSUMPTION_CASES  # noqa: E402 - beside this file; it imports this module's helpers lazily
+from reliability_assumptions import ASSUMPTION_CASES  # noqa: E402 - beside this file
 
 CASES += ASSUMPTION_CASES
 
@@ -354,7 +323,7 @@ def run_validity(root: Path) -> EvidenceTally:
 
 
 if __name__ == "__main__":
-    from faultlib import foreground_sigint
+    from support.faultlib import foreground_sigint
 
     foreground_sigint()  # ctrl_c_in_the_drift_check sends SIGINT to the sweeps it starts
     tally = run_validity(Path(tempfile.mkdtemp(prefix="validity_")))

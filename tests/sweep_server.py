@@ -1,4 +1,4 @@
-"""A fork server for `python -m sweep` (tests/sweep_run.py starts it; `python sweep_server.py SOCKET [MODULE...]`).
+"""A fork server for `python -m sweep` (tests/support/sweep_run.py starts it; `python sweep_server.py SOCKET [MODULE...]`).
 
 It imports what `python -m sweep` imports before reading its arguments (or the MODULEs named: torch for
 the probe's test scripts, tests/test_probe.py), once, then serves each

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.results import trial_result
 
 from sweep.core.schema import OK, REJECTED, TrialResult
 from sweep.core.validity import accumulation_across_pairs, validated, validated_across_pairs
@@ -20,9 +21,7 @@ STEADY = [0.0500, 0.0505, 0.0497, 0.0502, 0.0499, 0.0503, 0.0498, 0.0501]
 
 
 def ok(accum: int, **fields) -> TrialResult:
-    pdb = GBS // accum
-    return TrialResult(accum=accum, split=1, per_device_batch=pdb, joint_batch=pdb, global_batch_size=GBS, num_devices=1, status=OK,
-                       step_times_s=list(STEADY), steps_measured=8, throughput=GBS / 0.05, measured_by="probe", **fields)
+    return trial_result(accum, gbs=GBS, step_times_s=list(STEADY), steps_measured=8, throughput=GBS / 0.05, measured_by="probe", **fields)
 
 
 def test_two_backward_passes_at_every_accumulation_reject_the_pair_they_matched_by_coincidence():
@@ -65,6 +64,7 @@ def test_a_loop_that_averages_its_losses_is_judged_by_its_updates():
     assert validated_across_pairs(mean) == [] and all(r.status == OK for r in mean.values())
 
 
+@pytest.mark.slow
 def test_the_probe_counts_the_models_forward_passes_a_step(tmp_path):
     """The evidence: the probe's step records count the root modules' forward passes (gradients on)."""
     import os
@@ -86,7 +86,7 @@ def test_the_probe_counts_the_models_forward_passes_a_step(tmp_path):
 
 
 def _sweep(tmp_path: Path, name: str, argv_extra: str, *args: str):
-    from sweep_run import run_sweep
+    from support.sweep_run import run_sweep
 
     sweep_dir = tmp_path / name
     argv = (f'["{sys.executable}","{ATTACK}","--batch={{per_device_batch}}","--accum={{accum}}","--split={{split}}",'
@@ -99,6 +99,7 @@ def _sweep(tmp_path: Path, name: str, argv_extra: str, *args: str):
     return proc, rows
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_two_losses_without_accumulation_never_win_on_a_two_x_figure(tmp_path):
     """The issue's case: two backward passes a micro-batch (retain_graph) and --accum ignored. At accum=2 its steps are
@@ -113,6 +114,7 @@ def test_two_losses_without_accumulation_never_win_on_a_two_x_figure(tmp_path):
     assert re.search(r"recommended accum=1 split=1", proc.stdout), proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_loop_that_averages_its_losses_is_measured_and_recommended(tmp_path):
     """accum=2 of an averaging loop is truly 25% faster than accum=1 (1000 against 800 samples/s); it was rejected ("1

@@ -7,97 +7,20 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
+from support.results import make_sweep
 
 from sweep.analysis import api
-from sweep.analysis.api import LoadError, load
+from sweep.analysis.api import load
 from sweep.analysis.compare import COMPARE_COLUMNS, compare
-from sweep.core.ranking import TABLE_COLUMNS, SweepMeta, build_table, recommendation, table_csv
-from sweep.core.schema import ALL_STATUSES, FAILED, OK, OOM, OOM_PHASES, TrialResult, trial_dir
-from sweep.core.space import enumerate_candidates
-from sweep.core.stats import throughput_summary
-from sweep.records import write_result
+from sweep.core.ranking import TABLE_COLUMNS
+from sweep.core.schema import ALL_STATUSES, OOM_PHASES
+from sweep.errors import LoadError
 
 GOLDEN = Path(__file__).parent / "golden" / "trials_header.csv"
-
-
-# -- fixture builder (test_report.py imports it too) -----------------------------------------------
-def synthetic_result(accum: int, split: int, gbs: int, nd: int, scale: float = 1.0) -> TrialResult:
-    """An RNN-T-like outcome: the encoder OOMs at per-device batch 128, the joint above joint batch 16."""
-    per_device = gbs // (nd * accum)
-    joint = per_device // split
-    common = dict(accum=accum, split=split, per_device_batch=per_device, joint_batch=joint,
-                  global_batch_size=gbs, num_devices=nd, job_id=f"{1000 + accum * 100 + split}",
-                  log=f"/logs/accum{accum}_split{split}.log", device="cuda", wall_s=40.0 + accum)
-    if per_device >= 128:
-        return TrialResult(status=OOM, oom_phase="encoder", error="CUDA out of memory in encoder forward",
-                           peak_mem_gib=79.2, **common)
-    if joint > 16:
-        return TrialResult(status=OOM, oom_phase="joint", error="CUDA out of memory in joint (B*T*U*V)",
-                           peak_mem_gib=79.5, **common)
-    if accum == 4 and split == 32:
-        return TrialResult(status=FAILED, error="NCCL error: unhandled system error", **common)
-    # More per-device batch pays (sub-linearly); each split costs a little joint-launch overhead.
-    tp = scale * 900.0 * (per_device / 16) ** 0.45 * (1 - 0.03 * math.log2(split))
-    step = gbs / tp
-    times = [step * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(8)]
-    mid, lo, hi = throughput_summary(times, gbs)
-    return TrialResult(status=OK, step_times_s=times, throughput=mid, throughput_low=lo, throughput_high=hi,
-                       warmup_steps=2, peak_mem_gib=20.0 + per_device / split * 3.1, **common)
-
-
-def make_sweep(
-    root: Path,
-    name: str,
-    *,
-    machine: str = "dgx-a100",
-    workload: str = "rnnt",
-    gbs: int = 1024,
-    nd: int = 8,
-    accums: Iterable[int] = (1, 2, 3, 4, 8),
-    splits: Iterable[int] = (1, 2, 4, 8, 32),
-    scale: float = 1.0,
-    scale_pairs: Mapping[tuple[int, int], float] | None = None,
-    finished: set[tuple[int, int]] | None = None,
-    running: Iterable[tuple[int, int]] = (),
-    confidence: int | None = 80,
-    link_latest: bool = True,
-) -> Path:
-    """Write a sweep dir like the orchestrator does; `finished=None` means every valid pair finished."""
-    sweep = root / name
-    sweep.mkdir(parents=True)
-    meta = SweepMeta(sweep_id=name, machine=machine, workload=workload, global_batch_size=gbs, num_devices=nd)
-    cands = enumerate_candidates(gbs, nd, list(accums), list(splits))
-    results = {}
-    for c in cands:
-        if not c.valid or (finished is not None and (c.accum, c.split) not in finished):
-            continue
-        res = synthetic_result(c.accum, c.split, gbs, nd, scale * (scale_pairs or {}).get((c.accum, c.split), 1.0))
-        write_result(res, trial_dir(sweep, c.key))
-        results[c.key] = res
-    running_keys = {f"accum{a}_split{s}" for a, s in running}
-    (sweep / "trials.csv").write_text(table_csv(build_table(meta, cands, results, running_keys)))
-    rec = recommendation(meta, results, confidence)
-    if rec is not None:
-        (sweep / "recommendation.yaml").write_text(yaml.safe_dump(rec, sort_keys=False))
-    done = finished is None
-    (sweep / "sweep.json").write_text(json.dumps({
-        "schema_version": 1, "sweep_id": name, "machine": machine, "workload": workload,
-        "global_batch_size": gbs, "num_devices": nd, "search": "grid",
-        "started_at": "2024-05-01T10:00:00+00:00", "finished_at": "2024-05-01T11:00:00+00:00" if done else None,
-        "state": "done" if done else "running", "command": "python -m sweep machine=dgx-a100",
-    }))
-    if link_latest:
-        latest = root / "latest"
-        if latest.is_symlink():
-            latest.unlink()
-        latest.symlink_to(name)
-    return sweep
 
 
 @pytest.fixture
@@ -296,7 +219,7 @@ def test_compare_marks_noise(outputs: Path) -> None:
 @pytest.mark.parametrize("gbs_b, nd_b, slower", [(512, 8, 0.74), (1024, 4, 0.74), (512, 8, 1.0)])
 def test_compare_of_other_per_device_batches_warns_and_judges_no_noise(outputs: Path, gbs_b, nd_b, slower) -> None:
     """Global batch 1024 vs 512 (or 8 vs 4 devices): one (accum, split) is another per-device batch in each."""
-    from sweep.analysis.compare import IncomparableSweepsWarning
+    from sweep.errors import IncomparableSweepsWarning
 
     a = make_sweep(outputs, "a", accums=(4, 8), splits=(1, 2))
     b = make_sweep(outputs, "b", gbs=gbs_b, nd=nd_b, accums=(4, 8), splits=(1, 2), scale=slower)
@@ -329,7 +252,7 @@ def test_compare_a_glob_and_needs_two_sweeps(outputs: Path) -> None:
 
 # -- import weight ------------------------------------------------------------------------------------
 def test_api_and_report_do_not_import_matplotlib() -> None:
-    code = "import sys, sweep.analysis.api, sweep.analysis.compare, sweep.analysis.report, sweep.analysis.export; print('matplotlib' in sys.modules)"
+    code = "import sys, sweep.analysis.api, sweep.analysis.compare, sweep.report, sweep.analysis.export; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "MPLBACKEND": ""})
     assert out.stdout.strip() == "False"
@@ -337,7 +260,7 @@ def test_api_and_report_do_not_import_matplotlib() -> None:
 
 @pytest.mark.parametrize("bad", [None, 3])
 def test_load_of_no_sweep_is_one_clear_error(bad):
-    with pytest.raises(api.LoadError) as err:
+    with pytest.raises(LoadError) as err:
         api.load(bad)
     assert f"load({bad!r})" in str(err.value) and "sweep dir" in str(err.value) and "\n" not in str(err.value)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bad_input_support import case_env, cmd, run_all
-from sweep_run import sweep_process
+from support.bad_input import case_env, cmd, run_all
+from support.sweep_run import sweep_process
 
 HEADERLESS = {
     # A user's preset as a plain YAML file: Hydra files its keys under `sweep.` and its override under workload@sweep.
@@ -51,6 +51,7 @@ def outcomes(tmp_path_factory, searchpath):
     return run_all(CASES, dirs, searchpath)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case, args, expected", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gives_one_clear_line_and_writes_nothing(outcomes, case, args, expected):
     proc, cwd = outcomes[case]
@@ -65,6 +66,7 @@ def test_bad_input_gives_one_clear_line_and_writes_nothing(outcomes, case, args,
     assert proc.stdout == "" and sorted(p.name for p in cwd.iterdir()) == [], where
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("preset", ["nanogpt", "lightning", "hf"])
 def test_machine_and_sweep_in_either_order_run_alike(tmp_path: Path, preset: str):
     """`+sweep=X +machine=a100x8` is the documented `+machine=a100x8 +sweep=X`: the preset's workload and its global

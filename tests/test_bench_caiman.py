@@ -6,13 +6,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_run import sweep_process
+from support.sweep_run import sweep_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from bench_caiman import ROWS, cpu_overrides, gpu_overrides, verdict  # noqa: E402
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r.machine}-{r.model}" for r in ROWS])
 def test_each_row_plans_with_the_published_pair_a_candidate(tmp_path, row):
     for overrides, device in ((gpu_overrides(row), "cuda"), (cpu_overrides(row), "cpu")):

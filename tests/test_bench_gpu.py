@@ -1,4 +1,4 @@
-"""The GPU-cost bench's landscapes and simulator (tests/landscapes_h100.py, tests/landscapes_gpu.py,
+"""The GPU-cost bench's landscapes and simulator (tests/support/landscapes_h100.py, tests/support/landscapes_gpu.py,
 bench/bench_gpu.py): the recordings replay as recorded, today's policy costs what the card cost,
 and the bench prints its final line."""
 
@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import landscapes_gpu as sim
 import pytest
-from landscapes_h100 import DATA, RECORDINGS, load
+from support import landscapes_gpu as sim
+from support.landscapes_h100 import DATA, RECORDINGS, load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,6 +53,7 @@ def test_a_late_oom_is_met_by_the_stress_step_when_a_possible_answer_waits_for_i
     assert "accum1_split8" not in picks[sim.STRESS.name] and "accum1_split8" not in picks[sim.WARM.name]
 
 
+@pytest.mark.slow
 def test_the_bench_ends_with_its_line() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_gpu.py"), "--seeds", "2", "--random", "2"],
                           capture_output=True, text=True, timeout=300)
@@ -95,7 +96,7 @@ def test_the_first_pair_stops_provisionally_and_is_run_again_only_when_it_may_be
     """base24's first fitting pair, accum=32 split=1, is the slowest that fits: one timed step, and never run again
     because a pair measured in full outranks it by the throughput ordering (issue 43: its one step alone rules out
     nothing). On split1_best the first fitting pair is the answer: it runs again in full, and the answer rests on that run."""
-    from landscapes import LANDSCAPES
+    from support.landscapes import LANDSCAPES
 
     from sweep.core.confidence import outranked_by_measured
     from sweep.core.decision import is_provisional

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_run import run_sweep
+from support.sweep_run import run_sweep
 
 from sweep.core.config import DEMO_MEMORY_GIB, resolved_memory_gib
 
@@ -26,6 +26,7 @@ def test_the_demos_budget_is_the_built_in_workloads_alone():
     assert resolved_memory_gib(2.0, "cpu", builtin_demo=False) == 2.0  # asked for: kept
 
 
+@pytest.mark.e2e
 def test_a_command_dry_run_prints_no_budget_and_the_demos_prints_its_own(tmp_path: Path):
     command = run_sweep(["workload=command", ARGV, "dry_run=true"], cwd=tmp_path, timeout=120)
     assert command.returncode == 0, command.stderr
@@ -41,7 +42,7 @@ def test_a_command_plans_no_budget_so_the_memory_model_predicts_no_oom_for_pairs
     """The issue's case: the pairs a command sweep measured peaked at 0.296 GiB (a process with torch imported); with
     the demo's 0.0163 GiB as the capacity the model skipped the larger micro-batches as `predicted OOM: 0.296 GiB >
     0.0163 GiB`. The plan's capacity (what the orchestrator hands the strategy and its predictions) is now none."""
-    from sbatch_golden import compose_plan
+    from support.sbatch_golden import compose_plan
 
     from sweep.core.implications import predicted_ooms
     from sweep.core.schema import TrialResult
@@ -62,6 +63,7 @@ def test_a_command_plans_no_budget_so_the_memory_model_predicts_no_oom_for_pairs
     assert predicted_ooms(candidates, measured, plan.machine.memory_gib) == {}
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_command_sweep_on_a_cpu_host_predicts_no_oom_against_the_demos_budget(tmp_path: Path):
     sweep_dir = tmp_path / "s"

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.results import trial_result
 
 from sweep.core.schema import OK, REJECTED, TrialResult
 from sweep.core.stats import median
@@ -33,13 +34,9 @@ def heavy_tailed(n: int, base_s: float = 0.05, seed: int = 0) -> list[float]:
 
 
 def probed(accum: int, times: list[float], num_devices: int = 1, **fields) -> TrialResult:
-    pdb = GBS // (accum * num_devices)
     rate = GBS / median(times)
-    return TrialResult(
-        accum=accum, split=1, per_device_batch=pdb, joint_batch=pdb, global_batch_size=GBS, num_devices=num_devices,
-        status=OK, step_times_s=list(times), steps_measured=len(times), throughput=rate, throughput_low=rate * 0.95,
-        throughput_high=rate * 1.05, measured_by="probe", **fields,
-    )
+    return trial_result(accum, gbs=GBS, devices=num_devices, step_times_s=list(times), steps_measured=len(times), throughput=rate,
+                        throughput_low=rate * 0.95, throughput_high=rate * 1.05, measured_by="probe", **fields)
 
 
 def running_means(times: list[float]) -> list[float]:
@@ -121,9 +118,10 @@ for step in range(args.steps):
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_sweep_of_a_trainer_logging_a_running_mean_over_heavy_tailed_steps_rejects_no_pair(tmp_path: Path):
-    from sweep_run import run_sweep
+    from support.sweep_run import run_sweep
 
     script = tmp_path / "running_mean_train.py"
     script.write_text(RUNNING_MEAN_TRAINER)
@@ -154,12 +152,13 @@ def two_busy_loops():
             loop.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_the_real_lightning_beside_two_busy_loops_rejects_no_pair(tmp_path: Path, two_busy_loops):
     """The issue's case: +sweep=lightning as shipped (test size, tests/test_frameworks_real.py), accum 1, 2 and 4, with
     two busy loops on the box. Each pair is ok: its figure is the probe's, whatever the bar's figure made of the stalls."""
     pytest.importorskip("lightning", reason="lightning not installed (pip install -e .[frameworks])")
-    from test_frameworks_real import GLOBAL_BATCH, run_preset
+    from support.frameworks import GLOBAL_BATCH, run_preset
 
     sweep_dir, _, proc = run_preset("lightning", tmp_path, accums="1,2,4")
     for path in sorted(sweep_dir.glob("trials/*/result.json")):  # what each side said, for the report (pytest -s)

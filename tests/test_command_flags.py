@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sweep_run import run_sweep
-from test_presets import ROOT
+from support.doc_pages import ROOT
+from support.results import trial_result
+from support.sweep_run import run_sweep
 
 from sweep.analysis import export
-from sweep.core.ranking import SweepMeta, recommendation
+from sweep.core.ranking import Recommendation, SweepMeta, recommendation
 from sweep.core.schema import TrialResult
 from sweep.parsers.presets import flags_template
 
@@ -39,12 +40,10 @@ ARGV_SHAPES = [
 
 
 def best(accum: int = 8, split: int = 1) -> TrialResult:
-    return TrialResult(accum=accum, split=split, per_device_batch=64 // accum, joint_batch=64 // accum // split,
-                       global_batch_size=64, num_devices=1, status="ok", throughput=100.0, throughput_low=99.0,
-                       throughput_high=101.0, steps_measured=5)
+    return trial_result(accum, split, gbs=64, status="ok", throughput=100.0, throughput_low=99.0, throughput_high=101.0, steps_measured=5)
 
 
-def rec_for(parser: str, argv: list[str]) -> dict:
+def rec_for(parser: str, argv: list[str]) -> Recommendation:
     meta = SweepMeta("s", "local", "command", 64, 1, parser=parser, flags_template=flags_template(parser, argv))
     rec = recommendation(meta, {best().key: best()}, 80)
     assert rec is not None
@@ -55,20 +54,20 @@ def rec_for(parser: str, argv: list[str]) -> dict:
 @pytest.mark.parametrize("argv,line", ARGV_SHAPES)
 def test_the_flags_are_the_argvs_own_for_any_parser_without_a_preset(parser: str, argv: list[str], line: str) -> None:
     rec = rec_for(parser, argv)
-    assert rec["flags"] == line and export.render("flags", rec) == line  # recommendation.yaml and --export flags
+    assert rec.flags == line and export.render("flags", rec) == line  # recommendation.yaml and --export flags
 
 
 def test_a_presets_argv_keeps_its_flags_and_a_preset_fills_in_where_the_argv_has_none() -> None:
     argv = yaml.safe_load((ROOT / "sweeps" / "hf.yaml").read_text())["workload"]["argv"]
-    assert rec_for("hf", argv)["flags"] == "--per_device_train_batch_size=8 --gradient_accumulation_steps=8"
+    assert rec_for("hf", argv).flags == "--per_device_train_batch_size=8 --gradient_accumulation_steps=8"
     deepspeed = yaml.safe_load((ROOT / "sweeps" / "deepspeed.yaml").read_text())["workload"]["argv"]
-    assert rec_for("deepspeed", deepspeed)["flags"] == '"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 8'
+    assert rec_for("deepspeed", deepspeed).flags == '"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 8'
 
 
 def test_the_builtin_workload_keeps_myrtles_flags() -> None:
     meta = SweepMeta("s", "local", "rnnt", 64, 1)  # no argv, no flags_template: the built-in RNN-T
     rec = recommendation(meta, {best(4, 2).key: best(4, 2)}, 80)
-    assert rec is not None and rec["flags"] == "--grad_accumulation_batches=4 --batch_split_factor=2"
+    assert rec is not None and rec.flags == "--grad_accumulation_batches=4 --batch_split_factor=2"
 
 
 MYRTLE_LINES = """\

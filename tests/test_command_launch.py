@@ -255,6 +255,7 @@ open(os.path.join(os.environ["SWEEP_TRIAL_DIR"], "own.json"), "w").write(json.du
 """
 
 
+@pytest.mark.slow
 def test_the_probe_measures_a_torch_command_and_the_log_is_the_fallback(tmp_path):
     trial = TrialConfig(warmup_steps=2, measure_steps=30, max_measure_steps=40, target_precision=0.001)
     probed = spec_for(tmp_path, TORCH_TRAINER, parser=STEP_RE, trial=trial)

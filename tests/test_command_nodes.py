@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sweep_run import run_sweep
+from support.results import trial_result
+from support.sweep_run import run_sweep
 
 from sweep.core.probe_report import summarise
 from sweep.core.schema import Status, TrialResult
@@ -26,8 +27,7 @@ GLOO = "rank 0: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:55
 
 
 def own(status: Status = Status.OK, error: str = "", **fields) -> TrialResult:
-    return TrialResult(accum=1, split=1, per_device_batch=4, joint_batch=4, global_batch_size=16, num_devices=4, status=status, error=error,
-                       log="/t/command-1.log", host="n0", **fields)
+    return trial_result(gbs=16, devices=4, status=status, error=error, log="/t/command-1.log", host="n0", **fields)
 
 
 def verdict(node: int, status: str, error: str = "", at: float = 10.0, **fields) -> Verdict:
@@ -63,6 +63,7 @@ def test_no_shipped_preset_starts_every_nodes_ranks_on_each_node():
 ONE_PROCESS_PRESETS = {"nanogpt", "my_script", "builtin_command"}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("preset", sorted(p.stem for p in PRESETS.glob("*.yaml")))
 def test_every_shipped_preset_that_starts_ranks_joins_its_nodes(tmp_path, preset):
     """trainers.md says each preset that starts ranks starts one world over every node: each such preset's dry run on
@@ -81,6 +82,7 @@ def test_every_shipped_preset_that_starts_ranks_joins_its_nodes(tmp_path, preset
         assert "NODE0_HOST" in line and re.search(rf"(node_rank|NODE_RANK)\W+{node}\b", line), line
 
 
+@pytest.mark.e2e
 def test_accum_x_devices_counts_every_ranks_micro_batches_in_the_line_and_the_flags(tmp_path):
     """nanoGPT under torchrun divides its --gradient_accumulation_steps by the world size: {accum_x_devices} gives it
     accum x num_devices, in each node's line and in the flags to paste (the argv's own tokens)."""
@@ -137,6 +139,7 @@ def test_the_lightning_presets_opt_out_of_lightnings_slurm_detection(monkeypatch
         assert not SLURMEnvironment.detect(), preset
 
 
+@pytest.mark.e2e
 def test_dry_run_prints_the_line_each_node_runs(tmp_path):
     proc = run_sweep(["+machine=cpu2", "machine.num_devices=4", "machine.nodes=2", "+sweep=timm", "hydra/launcher=submitit_slurm",
                       "dry_run=true"], cwd=tmp_path)

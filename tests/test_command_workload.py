@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_run import run_sweep
+from support.scripts import DDP_TRAINER
+from support.sweep_run import run_sweep
 
 FAKE = Path(__file__).with_name("fake_train.py")
 pytestmark = pytest.mark.e2e
@@ -46,6 +47,7 @@ def test_every_outcome_is_classified_and_the_sweep_goes_on(tmp_path):
     assert "no recommendation" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt, parser", [("myrtle_old", "myrtle"), ("myrtle_new", "myrtle"), ("dlll", "myrtle"), ("jsonl", "jsonl"), ("regex", "regex")])
 def test_each_log_format_gives_the_second_epoch_throughput(tmp_path, fmt, parser):
     parser_args = {
@@ -104,6 +106,7 @@ def test_bad_command_templates_fail_in_one_line_before_launch(tmp_path, override
         assert proc.returncode == 2, proc.stdout
 
 
+@pytest.mark.slow
 def test_builtin_workload_as_a_command_with_a_real_oom(tmp_path):
     """The shipped example sweeps/builtin_command.yaml, at test size, with a budget that the
     biggest joint batch exceeds: the OOM phase comes from the traceback in the log."""
@@ -150,36 +153,7 @@ def test_a_trial_stops_once_its_measurement_is_good_enough(tmp_path):
     assert float(row["wall_s"]) < 30  # stopped long before the hour-long "run" or the time limit
 
 
-DDP_TRAINER = r'''
-import argparse, json, os, time
-import torch
-import torch.distributed as dist
-args = argparse.ArgumentParser()
-args.add_argument("--accum", type=int)
-args.add_argument("--gbs", type=int)
-a = args.parse_args()
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-with open(os.path.join(os.environ["SWEEP_TRIAL_DIR"], f"rank{rank}-{os.getpid()}.json"), "w") as f:
-    json.dump({"world": world, "port": os.environ["MASTER_PORT"], "cwd": os.getcwd()}, f)
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-ends = [time.perf_counter()]
-for step in range(12):
-    for _ in range(a.accum):
-        model(torch.randn(a.gbs // (world * a.accum), 16)).sum().backward()
-    time.sleep(0.02)
-    opt.step()
-    opt.zero_grad()
-    ends.append(time.perf_counter())
-for epoch in (1, 2, 3):  # its own figure, as Myrtle's DLL line gives it: the global batch over its steps' mean time
-    took = (ends[4 * epoch] - ends[4 * epoch - 4]) / 4
-    if rank == 0:
-        print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {a.gbs / took:.2f} | train_avg_took : {took:.4f}", flush=True)
-dist.destroy_process_group()
-'''
-
-
+@pytest.mark.slow
 def test_a_torchrun_command_on_cpu2_starts_exactly_two_ranks_per_trial(tmp_path):
     """Issue 29: one launcher per node per trial; torchrun starts the ranks (it used to be two launchers, four ranks)."""
     (tmp_path / "train.py").write_text(DDP_TRAINER)  # relative: found where sweep starts, not in the trial dir

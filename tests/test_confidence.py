@@ -6,7 +6,7 @@ import math
 import random
 
 import pytest
-from landscapes import (
+from support.landscapes import (
     LANDSCAPES,
     Landscape,
     calibration_table,
@@ -15,6 +15,7 @@ from landscapes import (
     run_sweep,
     simulate_calibration,
 )
+from support.results import trial_result
 
 from sweep.core.confidence import (
     GAIN_FLOOR,
@@ -26,9 +27,8 @@ from sweep.core.confidence import (
     open_pairs,
     rank_order,
 )
-from sweep.core.schema import CANCELLED, FAILED, OK, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
+from sweep.core.schema import CANCELLED, FAILED, OOM, PHASE_ENCODER, PHASE_JOINT, TrialResult
 from sweep.core.space import Candidate, enumerate_candidates, make_candidate
-from sweep.core.stats import throughput_summary
 from sweep.core.strategies import make_strategy
 
 GBS, DEVICES = 1024, 8
@@ -39,10 +39,7 @@ def ok(accum: int, split: int, thr: float, noise: float = 0.02, steps: int = 10,
     """An ok trial whose step times scatter (lognormal, `noise`) around a true `thr` samples/s."""
     rng = random.Random(hash((accum, split, seed)))
     times = [GBS / thr * math.exp(rng.gauss(0, noise)) for _ in range(steps)]
-    c = make_candidate(accum, split, GBS, DEVICES)
-    med, lo, hi = throughput_summary(times, GBS)
-    return TrialResult(accum, split, c.per_device_batch, c.joint_batch, GBS, DEVICES, OK, step_times_s=times,
-                       throughput=med, throughput_low=lo, throughput_high=hi)  # fmt: skip
+    return trial_result(accum, split, gbs=GBS, devices=DEVICES, times=times)
 
 
 def oom(accum: int, split: int, phase: str = PHASE_JOINT) -> TrialResult:
@@ -256,10 +253,11 @@ def test_the_out_of_sample_family_has_a_different_oom_rule():
 CALIBRATION_SWEEPS = 500  # per strategy and family (seeds 0..499, as bench/bench_confidence.py --seed 0 starts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["in-sample", "out-of-sample"])
 def test_confidence_is_calibrated(family):
     """Per band with >= 30 samples: stated confidence within 10 points of how often the leader is the truly fastest
-    feasible pair, on the family the priors were fitted on and on the roofline family (tests/landscapes.py) they never saw.
+    feasible pair, on the family the priors were fitted on and on the roofline family (tests/support/landscapes.py) they never saw.
 
     The bench's 3000 sweeps per family put out of sample at +9.1 in the 0-20 band (the closest to the limit);
     these 1000 at +9.1 there as well.

@@ -190,7 +190,7 @@ def test_racing_hands_ahead_steps_to_the_decision(tmp_path):
 )
 def test_the_orchestrator_measures_to_the_decision_with_the_plans_stress_step(tmp_path, overrides):
     """The composed config's workload and warm-up set where a pair may stop for being ahead."""
-    from sbatch_golden import compose_plan
+    from support.sbatch_golden import compose_plan
 
     from sweep.orchestration.orchestrator import Orchestrator
 

@@ -7,7 +7,8 @@ import math
 from dataclasses import replace
 
 import pytest
-from sweep_run import sweep_process
+from support.drift import retiming_sweep
+from support.sweep_run import sweep_process
 
 from sweep.core.confidence import leader_probability
 from sweep.core.drift import Retimed, drift
@@ -214,42 +215,6 @@ def test_a_sweep_whose_pairs_drift_scores_with_the_noise_seen(tmp_path) -> None:
     assert df.loc[df["rank"] == 1, ["accum", "split"]].values.tolist() == [[1, 1]]
 
 
-# The sweep's two trials run at once; every later start (a re-timing) waits for the test's `go` file first, so that
-# the test can kill or stop the sweep while its drift check's re-timing runs. accum=1 split=2 leads split=1 by 9%.
-RETIMING_WAITS = """
-import os, sys, time
-accum, split, gbs = (int(a.split("=")[1]) for a in sys.argv[1:4])
-here = os.path.dirname(os.path.abspath(__file__))
-fd = os.open(os.path.join(here, "starts"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-os.write(fd, b"x"); os.close(fd)
-if os.path.getsize(os.path.join(here, "starts")) > 2:
-    with open(os.path.join(here, "retiming.tmp"), "w") as f:
-        f.write(str(os.getpid()))
-    os.replace(os.path.join(here, "retiming.tmp"), os.path.join(here, "retiming"))
-    deadline = time.time() + 60
-    while not os.path.exists(os.path.join(here, "go")) and time.time() < deadline:
-        time.sleep(0.05)
-for epoch in range(1, 6):
-    tput = 1000.0 * (1 + split / 10) / accum * (1 + 0.001 * epoch)
-    print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {tput:8.2f} | train_avg_took : {gbs / tput:6.2f}", flush=True)
-"""
-
-
-def _retiming_sweep(tmp_path):
-    """The sweep's arguments and environment, and its dir: two trials, then a drift check that waits for `go`."""
-    import sys
-    from pathlib import Path
-
-    script = tmp_path / "train.py"
-    script.write_text(RETIMING_WAITS)
-    argv = f'workload.argv=["{sys.executable}","{script}","--accum={{accum}}","--split={{split}}","--global_batch_size={{global_batch_size}}"]'
-    sweep_dir = tmp_path / "s"
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-    args = ["workload=command", argv, "search=grid", "accum=1", "split=1,2", "search.racing=false", "trial.time_limit_s=60",
-            f"hydra.sweep.dir={sweep_dir}"]
-    return args, env, sweep_dir
-
-
 def _until(what, done, run, out, timeout_s: float = 60) -> None:
     import time
 
@@ -269,10 +234,10 @@ def test_a_sweep_killed_in_its_drift_check_resumes_it_and_ends_the_re_timing(tmp
     import re
 
     import psutil
-    from sweep_run import background_sweep
-    from test_interrupts import no_trial_left
+    from support.interrupts import no_trial_left
+    from support.sweep_run import background_sweep
 
-    args, env, sweep_dir = _retiming_sweep(tmp_path)
+    args, env, sweep_dir = retiming_sweep(tmp_path)
     first_out, resume_out = tmp_path / "first.out", tmp_path / "resume.out"
     first = background_sweep(args, tmp_path, env, first_out)
     _until("the re-timing", (tmp_path / "retiming").exists, first, first_out)
@@ -304,10 +269,10 @@ def test_a_resume_that_runs_a_trial_again_ends_the_left_re_timing_first_and_re_t
     import shutil
 
     import psutil
-    from sweep_run import background_sweep
-    from test_interrupts import no_trial_left
+    from support.interrupts import no_trial_left
+    from support.sweep_run import background_sweep
 
-    args, env, sweep_dir = _retiming_sweep(tmp_path)
+    args, env, sweep_dir = retiming_sweep(tmp_path)
     first_out, resume_out = tmp_path / "first.out", tmp_path / "resume.out"
     first = background_sweep(args, tmp_path, env, first_out)
     _until("the re-timing", (tmp_path / "retiming").exists, first, first_out)
@@ -343,10 +308,10 @@ def test_ctrl_c_in_the_drift_check_exits_130_says_what_was_cut_short_and_the_res
     import subprocess
     import sys
 
-    from sweep_run import run_sweep
-    from test_interrupts import hint, no_trial_left
+    from support.interrupts import hint, no_trial_left
+    from support.sweep_run import run_sweep
 
-    args, env, sweep_dir = _retiming_sweep(tmp_path)
+    args, env, sweep_dir = retiming_sweep(tmp_path)
     out_file = tmp_path / "first.out"
     with out_file.open("w") as stream:  # as a terminal runs it: its own session, Ctrl-C to the whole group
         proc = subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=tmp_path, env=env, stdout=stream, stderr=subprocess.STDOUT,

@@ -6,13 +6,14 @@ import json
 import psutil
 import pytest
 import yaml
-from sweep_run import TINY, run_sweep
+from support.sweep_run import TINY, run_sweep
 
 import sweep
 
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow
 def test_tiny_sweep_runs_every_pair_and_ranks_them(tmp_path):
     sweep_dir = tmp_path / "outputs" / "s1"
     proc = run_sweep([f"hydra.sweep.dir={sweep_dir}", *TINY, "search=grid", "accum=1,2", "split=1,2,3"], cwd=tmp_path)
@@ -77,6 +78,7 @@ def test_gpu_machine_with_no_visible_gpu_fails_in_one_line(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.slow
 def test_the_cpu_demo_runs_out_of_memory_where_the_readme_says(tmp_path):
     """The default workload and budget (python -m sweep with no arguments), on the pairs its staircase
     meets: no per-device batch of 64 fits (encoder), 32 samples fit with the joint in two chunks of 16

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sweep_run import run_sweep
+from support.sweep_run import run_sweep
 
 TRAINER = Path(__file__).with_name("fake_trainer.py")
 STEPS = 10
@@ -41,6 +41,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset,kind,flags,unit,per_sample,recommended", CASES, ids=[c[0] for c in CASES])
 def test_a_1d_sweep_of_each_output_kind(tmp_path: Path, preset: str, kind: str, flags: list[str], unit: str,
                                         per_sample: float, recommended: str) -> None:

@@ -4,7 +4,7 @@ SIGKILL the orchestrator at many moments and resume each time; trials that hang,
 killed by a signal, exit 0 without a result, or leave a torn result file; a second sweep on the
 same dir; a full disk and a read-only sweep dir. Every sweep runs tests/fake_train.py, a fake
 training command (about a second a trial), through the real submitit launcher.
-Helpers and scenarios: tests/faultlib.py (bench/bench_reliability.py prints the figures).
+Helpers and scenarios: tests/support/faultlib.py (bench/bench_reliability.py prints the figures).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 import shlex
 from pathlib import Path
 
-import faultlib as F
 import pytest
+from support import faultlib as F
 
 pytestmark = pytest.mark.e2e
 
@@ -25,6 +25,7 @@ def reference(tmp_path_factory):
     return F.reference_sweep(tmp_path_factory.mktemp("reference"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [7, 2024])
 def test_sigkill_at_many_moments_then_resume_loses_and_reruns_nothing(tmp_path, reference, seed):
     statuses, wall_s = reference
@@ -43,6 +44,7 @@ def test_sigkill_at_many_moments_then_resume_loses_and_reruns_nothing(tmp_path, 
     assert camp.final == statuses
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("timing", list(F.FAULT_TIMINGS))
 def test_each_failing_trial_gets_its_own_status_and_log_and_the_sweep_goes_on(tmp_path, timing):
     proc, sweep_dir = F.fault_sweep(tmp_path, timing)
@@ -117,6 +119,7 @@ def test_a_read_only_sweep_dir_gives_one_clear_line_and_changes_nothing(tmp_path
     assert not r["new_dir"].exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(F.DAMAGE))
 def test_a_damaged_record_found_on_resume_is_reported_and_rerun_not_trusted(tmp_path, damage):
     r = F.torn_record_on_resume(tmp_path, damage)
@@ -128,11 +131,11 @@ def test_a_damaged_record_found_on_resume_is_reported_and_rerun_not_trusted(tmp_
     assert json.loads(r["path"].read_text())["status"] == "ok"
 
 
-# -- issue 30: processes and launches (scenarios in tests/launch_cases.py) -------------------------
+# -- issue 30: processes and launches (scenarios in tests/support/launch_cases.py) -------------------------
 
 
 def test_a_stopped_trial_job_is_ended_within_a_bounded_grace(tmp_path):
-    import launch_cases as L
+    from support import launch_cases as L
 
     r = L.stopped_job(tmp_path)
     assert r["exit"] == 1 and "Traceback" not in r["stderr"], r["stderr"]  # 1: no trial ran ok
@@ -142,7 +145,7 @@ def test_a_stopped_trial_job_is_ended_within_a_bounded_grace(tmp_path):
 
 
 def test_a_killed_trial_job_does_not_leave_its_command_running(tmp_path):
-    import launch_cases as L
+    from support import launch_cases as L
 
     r = L.killed_job(tmp_path)
     assert r["exit"] == 1 and "Traceback" not in r["stderr"], r["stderr"]  # 1: no trial ran ok
@@ -151,7 +154,7 @@ def test_a_killed_trial_job_does_not_leave_its_command_running(tmp_path):
 
 
 def test_a_child_that_leaves_the_session_ends_with_its_trial(tmp_path):
-    import launch_cases as L
+    from support import launch_cases as L
 
     r = L.escaping_child(tmp_path)
     assert r["exit"] == 0 and r["row"]["status"] == "ok", r
@@ -159,13 +162,13 @@ def test_a_child_that_leaves_the_session_ends_with_its_trial(tmp_path):
 
 
 def test_a_reused_pid_of_another_sweeps_controller_is_not_reattached(tmp_path):
-    import launch_cases as L
+    from support import launch_cases as L
 
     assert L.reused_pid(tmp_path) == {"attached": False, "attached_without_time": False}
 
 
 def test_a_rerun_reads_only_its_own_attempts_log(tmp_path):
-    import launch_cases as L
+    from support import launch_cases as L
 
     r = L.rerun_reads_its_own_log(tmp_path)
     assert r["first"].throughput == pytest.approx(1600) and r["rerun"].throughput == pytest.approx(4800)
@@ -174,7 +177,7 @@ def test_a_rerun_reads_only_its_own_attempts_log(tmp_path):
 
 @pytest.mark.parametrize("noise_mib, warmup", [(6, False), (8, True)])
 def test_figures_after_megabytes_of_output_are_read(tmp_path, noise_mib, warmup):
-    import launch_cases as L
+    from support import launch_cases as L
 
     result = L.large_log(tmp_path, noise_mib, warmup)["result"]
     assert result.status == "ok" and result.throughput == pytest.approx(1600.0), result

@@ -1,7 +1,6 @@
 """The configuration fingerprint: equal settings agree, any measured setting changes it, differences are named."""
 
 import pytest
-from sweep_run import sweep_process
 
 from sweep.core.fingerprint import differences, fingerprint, fingerprint_values, restoring_overrides
 
@@ -115,26 +114,11 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
+from support.fingerprints import COMMAND, snapshot, sweep  # noqa: E402
 
-from sweep.core.schema import ResultError, TrialResult  # noqa: E402
+from sweep.core.schema import TrialResult  # noqa: E402
+from sweep.errors import ResultError  # noqa: E402
 from sweep.records import collect_results, read_result, write_result  # noqa: E402
-
-FAKE = Path(__file__).with_name("fake_train.py")
-COMMAND = [
-    "workload=command",
-    f'workload.argv=["{sys.executable}","{FAKE}","--accum={{accum}}","--split={{split}}","--global_batch_size={{global_batch_size}}"]',
-    "search=grid", "accum=1,2", "split=1", "trial.time_limit_s=30",
-]
-
-
-def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("SWEEP_DEBUG", "HYDRA_FULL_ERROR")}
-    env["PYTHONPATH"] = str(Path(__file__).parents[1] / "src")
-    return sweep_process(list(args), cwd, env, timeout=180)
-
-
-def snapshot(root: Path) -> dict[str, float]:
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +130,7 @@ def finished(tmp_path_factory) -> tuple[Path, Path]:
     return cwd, cwd / "D"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "args, named",
     [
@@ -173,6 +158,7 @@ def test_a_rerun_with_other_settings_is_refused_naming_what_differs(finished, ar
     assert snapshot(d) == before  # nothing written
 
 
+@pytest.mark.e2e
 def test_a_dir_swept_before_a_default_changed_is_refused_with_the_command_that_resumes_it(tmp_path):
     """Such a dir's stored command lacks the setting (it was the default then): the refusal spells its
     value out, and that command resumes it."""
@@ -193,6 +179,7 @@ def test_a_dir_swept_before_a_default_changed_is_refused_with_the_command_that_r
     assert "reusing 2 finished trial(s)" in resumed.stdout
 
 
+@pytest.mark.e2e
 def test_a_dir_swept_before_many_defaults_changed_is_refused_with_every_value_spelled_out(tmp_path):
     """More than three settings differ, all of them defaults that changed (the dir's own command, run
     again): the refusal spells every one out, and that command resumes it."""
@@ -219,6 +206,7 @@ def test_a_dir_swept_before_many_defaults_changed_is_refused_with_every_value_sp
     assert "reusing 2 finished trial(s)" in resumed.stdout
 
 
+@pytest.mark.e2e
 def test_sweep_json_records_the_fingerprint_and_every_result_carries_it(finished):
     _, d = finished
     meta = json.loads((d / "sweep.json").read_text())
@@ -232,6 +220,7 @@ def test_sweep_json_records_the_fingerprint_and_every_result_carries_it(finished
         assert read_result(d / "trials" / key / "result.json").fingerprint == meta["fingerprint"]
 
 
+@pytest.mark.e2e
 def test_a_rerun_with_the_same_settings_reuses_what_finished(finished, tmp_path):
     cwd, d = finished
     copy = tmp_path / "D"
@@ -246,6 +235,7 @@ def test_a_rerun_with_the_same_settings_reuses_what_finished(finished, tmp_path)
     assert again["finished_at"] >= first["finished_at"]
 
 
+@pytest.mark.e2e
 def test_a_resume_with_another_run_to_run_noise_rescores_without_rerunning(finished, tmp_path):
     cwd, d = finished
     copy = tmp_path / "D"
@@ -340,6 +330,7 @@ def test_a_wrong_typed_field_is_a_result_error_naming_the_file(tmp_path):
         read_result(path)
 
 
+@pytest.mark.e2e
 def test_a_wrong_typed_result_does_not_block_a_resume(finished, tmp_path):
     """It is reported, named, and its trial runs again; the sweep finishes."""
     cwd, d = finished
@@ -355,6 +346,7 @@ def test_a_wrong_typed_result_does_not_block_a_resume(finished, tmp_path):
     assert read_result(broken).throughput == 550.0  # measured again
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("bad", [float("inf"), -550.0], ids=["infinity", "negative"])
 def test_a_result_with_an_impossible_figure_does_not_block_a_resume(finished, tmp_path, bad):
     """Infinity gave 'infx the baseline, 99/100'; a negative figure crashed every resume (issue 30)."""
@@ -392,6 +384,7 @@ def test_a_fifo_named_result_json_is_not_waited_on(tmp_path):
     assert "result.json: not a regular file" in errors["accum1_split1"]
 
 
+@pytest.mark.e2e
 def test_two_hosts_sweeps_of_the_same_dir_name_compare_as_two(finished, tmp_path):
     """sweep_id is unique per sweep, not the dir's basename: hostA/run1 and hostB/run1 are two sweeps."""
     import sweep as api
@@ -407,6 +400,7 @@ def test_two_hosts_sweeps_of_the_same_dir_name_compare_as_two(finished, tmp_path
     assert table["sweep_id"].nunique() == 2, table
 
 
+@pytest.mark.e2e
 def test_default_dirs_of_sweeps_started_in_the_same_second_are_separate(tmp_path):
     """The default dir is named by the second; a second sweep finding it taken gets the next free name."""
     taken = tmp_path / "outputs" / "same"

@@ -21,7 +21,7 @@ def flags_line(argv: list[str], env: dict[str, str] | None = None, parser: str =
                        throughput=100.0, throughput_low=99.0, throughput_high=101.0, steps_measured=5)
     rec = recommendation(meta, {best.key: best}, 80)
     assert rec is not None
-    return str(rec["flags"])
+    return str(rec.flags)
 
 
 @pytest.mark.parametrize("argv, line", [
@@ -54,7 +54,7 @@ def test_a_batch_set_through_workload_env_is_written_as_the_variables_to_set() -
 
 def test_a_sweep_reads_the_env_for_its_flags(tmp_path: Path) -> None:
     """Through the settings (orchestration/settings.log_reading), as a sweep's recommendation is written."""
-    from sbatch_golden import compose_plan
+    from support.sbatch_golden import compose_plan
 
     argv = json.dumps([sys.executable, "train.py", "--run-name=a{accum}"])
     plan = compose_plan(["workload=command", f"workload.argv={argv}", "+workload.env.GA='{accum}'",

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sweep_run import run_sweep
-from test_frameworks_real import (
+from support.frameworks import (
     RANKING_NOISE,
     TOLERANCE,
     TOTAL_TOLERANCE,
@@ -37,6 +36,7 @@ from test_frameworks_real import (
     own_median_over_the_figures_steps,
     trials,
 )
+from support.sweep_run import run_sweep
 
 FRAMEWORKS = Path(__file__).with_name("frameworks")
 GLOBAL_BATCH = 1024
@@ -44,7 +44,7 @@ ACCUMS = (1, 8)  # far enough apart that the framework's own timing usually rank
 BATCH_FLAGS = ("--batch-size={per_device_batch}", "--accum={accum}")
 OPTIMIZER_STEPS, BACKWARD_PASSES = "optimizer steps", "backward passes"
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # slow: the real frameworks, a minute of CPU and more (--full)
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,7 @@ for epoch in (1, 2, 3):
 '''
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 or more CUDA devices")
 def test_two_trials_in_flight_run_on_disjoint_gpus(tmp_path):
     script, ledger, sweep_dir = tmp_path / "train.py", tmp_path / "ledger", tmp_path / "sweep"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.in_process import pretend_four_gpus, run_in_process
 
 pytestmark = pytest.mark.e2e
 
@@ -27,24 +28,6 @@ with open(os.path.join(ledger, f"accum{accum}.json"), "w") as f:
 for epoch in (1, 2, 3):
     print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {1000.0 / accum:8.2f} | train_avg_took : {0.016 * accum:6.2f}", flush=True)
 '''
-
-
-def pretend_four_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    """torch reports four 80 GB CUDA devices: the GPU paths run on a CPU host."""
-    from types import SimpleNamespace
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 1024**3, name=f"Fake80GB{i}"))
-
-
-def run_in_process(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
-    from sweep.cli.main import main
-
-    monkeypatch.setattr(sys, "argv", ["sweep", *args])
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    monkeypatch.delenv("SWEEP_DEBUG", raising=False)
-    return main()
 
 
 def test_trials_in_flight_see_disjoint_device_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:

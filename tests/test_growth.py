@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.results import trial_result
 
 from sweep.core.growth import (
     GROWTH_PREFIX,
@@ -21,9 +22,10 @@ from sweep.core.growth import (
 )
 from sweep.core.probe_report import summarise
 from sweep.core.ranking import SweepMeta, build_table, confidence_view, recommendation
-from sweep.core.schema import OK, OOM, ResultError, TrialResult
+from sweep.core.schema import OK, OOM, TrialResult
 from sweep.core.space import Candidate
 from sweep.core.table import TIGHT_MARK, render_plain, sweep_table
+from sweep.errors import ResultError
 from sweep.workloads.command.probed import ProbeFollower
 
 FLAT = [10.0, 12.0] + [12.0] * 30
@@ -82,10 +84,8 @@ def test_an_early_rise_and_a_tiny_late_creep_is_not_growing():
 
 
 def result(accum, split, throughput, peaks=(), tight=False, status=OK, retries=(), warmup=0):
-    per_device = 128 // accum
-    return TrialResult(
-        accum=accum, split=split, per_device_batch=per_device, joint_batch=per_device // split, global_batch_size=128,
-        num_devices=1, status=status, throughput=throughput, throughput_low=throughput * 0.98,
+    return trial_result(
+        accum, split, gbs=128, status=status, throughput=throughput, throughput_low=throughput * 0.98,
         throughput_high=throughput * 1.02, step_times_s=[1.0] * 8, peak_mem_gib=max(peaks, default=10.0),
         peak_reserved_gib=max(peaks, default=10.0), capacity_gib=24.0, headroom=0.5, tight=tight,
         step_peak_reserved_gib=list(peaks), step_alloc_retries=list(retries), warmup_steps=warmup,
@@ -97,8 +97,8 @@ def test_a_growing_leader_is_not_recommended_and_shows_its_figure():
     assert at_risk(results["accum1_split8"]) and not at_risk(results["accum2_split4"])
     meta = SweepMeta("s", "m", "rnnt", 128, 1)
     rec = recommendation(meta, results, confidence=80)
-    assert (rec["accum"], rec["split"], rec["tight"]) == (2, 4, False)
-    assert rec["memory_note"].startswith("accum=1 split=8 is 11% faster") and GROWTH_PREFIX in rec["memory_note"]
+    assert (rec.accum, rec.split, rec.tight) == (2, 4, False)
+    assert rec.memory_note.startswith("accum=1 split=8 is 11% faster") and GROWTH_PREFIX in rec.memory_note
     # Scored as if the growing pair did not fit, as a tight one is.
     assert confidence_view(results)["accum1_split8"].status == OOM
     cands = [Candidate(a, s, 128 // a, 128 // a // s) for a, s in ((1, 8), (2, 4), (4, 1))]
@@ -169,8 +169,8 @@ def test_a_retrying_leader_is_not_recommended_and_shows_its_figure():
     assert at_risk(results["accum1_split8"]) and not at_risk(results["accum2_split4"])
     meta = SweepMeta("s", "m", "rnnt", 128, 1)
     rec = recommendation(meta, results, confidence=80)
-    assert (rec["accum"], rec["split"], rec["tight"]) == (2, 4, False)
-    assert rec["memory_note"] == f"accum=1 split=8 is 11% faster (100.0 vs 90.0 samples/s) but {retries_note(retrying)}"
+    assert (rec.accum, rec.split, rec.tight) == (2, 4, False)
+    assert rec.memory_note == f"accum=1 split=8 is 11% faster (100.0 vs 90.0 samples/s) but {retries_note(retrying)}"
     assert confidence_view(results)["accum1_split8"].status == OOM
     cands = [Candidate(a, s, 128 // a, 128 // a // s) for a, s in ((1, 8), (2, 4), (4, 1))]
     table = sweep_table(build_table(meta, cands, results))
@@ -188,7 +188,7 @@ def test_a_retrying_leader_is_not_recommended_and_shows_its_figure():
     assert both.notes_title == "Not run ok, or ok but still growing or retrying allocations:"
     # Every pair at risk: the fastest is recommended, tight, with its figure.
     only = {retrying.key: retrying}
-    assert recommendation(meta, only, confidence=None)["memory_note"] == (
+    assert recommendation(meta, only, confidence=None).memory_note == (
         f"accum=1 split=8 is tight: {retries_note(retrying)}; every ok pair is tight, growing or retrying"
     )
 

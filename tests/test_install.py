@@ -15,6 +15,7 @@ def run(args, cwd):
     return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args", [["dry_run=true"], ["+sweep=rnnt_base", "dry_run=true"], ["+machine=a100x8", "dry_run=true"]])
 def test_shipped_configs_are_found_from_any_directory(tmp_path, args):
     # rnnt_base's command runs where sweep starts, which must hold its script (checked before launch).
@@ -25,6 +26,7 @@ def test_shipped_configs_are_found_from_any_directory(tmp_path, args):
     assert proc.stdout.startswith("dry run: ") and "nothing launched" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_a_users_own_sweeps_folder_is_searched_first(tmp_path):
     (tmp_path / "sweeps").mkdir()
     (tmp_path / "sweeps" / "mine.yaml").write_text("# @package _global_\nglobal_batch_size: 32\n")
@@ -65,6 +67,7 @@ def test_a_checkout_run_from_src_without_installing_finds_its_own_configs(tmp_pa
     assert proc.stderr.startswith("sweep: warning: workload.argv names 'train.py', which is not a file in")
 
 
+@pytest.mark.e2e
 def test_a_fresh_checkouts_shipped_sweep_dry_runs_from_its_root():
     """The README's first look: `python -m sweep +sweep=nanogpt dry_run=true` in a fresh clone (./sweeps is the shipped
     folder itself there, on the search path once)."""

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 import submitit
 from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
+from support.results import trial_result
 
 from sweep.core.config import MachineConfig, TrialConfig
-from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult
+from sweep.core.schema import ENDED_FILE, RESULT_FILE, Status, TrialResult
 from sweep.core.spec import TrialSpec
-from sweep.errors import SweepError
+from sweep.errors import ResultError, SweepError
 from sweep.launch import backend
 from sweep.records import read_trial_record, write_ended, write_result
 from sweep.workloads.command.config import CommandWorkloadConfig
@@ -80,7 +81,7 @@ def test_local_tree_finds_the_children_and_their_own_sessions():
 
 
 def _record(status: Status, job_id: str) -> TrialResult:
-    return TrialResult(accum=1, split=1, per_device_batch=4, joint_batch=4, global_batch_size=4, num_devices=1, status=status, job_id=job_id)
+    return trial_result(gbs=4, status=status, job_id=job_id)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from sweep.analysis.api import load
+from sweep.core.table import table_rows
 from sweep.orchestration.display import DROP_FIRST, live_rows, live_view
 
 GOLDEN = Path(__file__).parent / "golden" / "sweeps"
@@ -62,8 +63,8 @@ def test_live_view_fits_without_cut_headers_and_shows_ooms(name, running, pendin
 @pytest.mark.parametrize("height", [4, 8, 12, 40])
 def test_live_rows_put_finished_first_and_keep_running_and_oom_rows(height) -> None:
     rows = records("grid", running=1, pending=3)
-    shown, more = live_rows(rows, height)
-    order = [str(r["status"]) for r in shown]
+    shown, more = live_rows(table_rows(rows), height)
+    order = [str(r.status) for r in shown]
     assert order.index("running") > max(i for i, s in enumerate(order) if s in ("ok", "oom"))
     assert "oom" in order and "running" in order and "pending" not in order
     assert "3 pending" in more

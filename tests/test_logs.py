@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from doc_pages import section
+from support.doc_pages import section
 
 from sweep.logs import agreement, main
 from sweep.parsers.throughput import ThroughputSummary

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from support.results import trial_result
 
 from sweep.core.memory_model import (
     OOM_PROBABILITY,
@@ -19,7 +20,7 @@ from sweep.core.memory_model import (
     student_t_cdf,
     student_t_quantile,
 )
-from sweep.core.schema import OK, OOM, PHASE_JOINT, TrialResult
+from sweep.core.schema import OK, OOM, PHASE_JOINT
 from sweep.core.space import make_candidate
 
 GBS, DEVICES = 1024, 8
@@ -128,9 +129,8 @@ def test_ooms_raise_a_fit_that_predicts_they_fit():
 
 
 def result(accum, split, status, peak, reserved=None):
-    c = cand(accum, split)
-    return TrialResult(accum, split, c.per_device_batch, c.joint_batch, GBS, DEVICES, status,
-                       oom_phase=PHASE_JOINT if status == OOM else None, peak_mem_gib=peak, peak_reserved_gib=reserved)
+    return trial_result(accum, split, gbs=GBS, devices=DEVICES, status=status, oom_phase=PHASE_JOINT if status == OOM else None,
+                        peak_mem_gib=peak, peak_reserved_gib=reserved)
 
 
 @pytest.mark.parametrize(

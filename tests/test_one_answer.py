@@ -11,22 +11,24 @@ import math
 import re
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
-from sweep_run import TINY, run_sweep
+from support.results import trial_result
+from support.sweep_run import TINY, run_sweep
 
 from sweep.analysis import plots
 from sweep.analysis.api import load
 from sweep.analysis.compare import compare
-from sweep.analysis.report import comparison_markdown
 from sweep.core.drift import Retimed, drift, pooled, pooled_note, retimed_figures
-from sweep.core.ranking import SweepMeta, build_table, recommendation, recommendation_line, table_csv
+from sweep.core.ranking import Recommendation, SweepMeta, build_table, recommendation, recommendation_line, table_csv
 from sweep.core.run_to_run import Repeat
-from sweep.core.schema import OK, OOM, TrialResult
+from sweep.core.schema import OOM, TrialResult
 from sweep.core.space import enumerate_candidates
 from sweep.orchestration.display import format_table
+from sweep.report import comparison_markdown
 
 META = SweepMeta(sweep_id="swapped", machine="cpu", workload="rnnt", global_batch_size=128, num_devices=1)
 # The issue's busy 2-core box: accum=8 split=1 led on the sweep's own figures (819 against 635), the re-timing put
@@ -36,14 +38,12 @@ AGAIN = {(8, 1): 600.0, (4, 2): 1000.0}
 
 
 def ok(accum: int, split: int, tp: float) -> TrialResult:
-    pdb = 128 // accum
     times = [128 / tp * (1 + 0.01 * (i % 3 - 1)) for i in range(8)]
-    return TrialResult(accum=accum, split=split, per_device_batch=pdb, joint_batch=pdb // split, global_batch_size=128, num_devices=1,
-                       status=OK, throughput=tp, throughput_low=tp * 0.97, throughput_high=tp * 1.03, step_times_s=times, steps_measured=8,
-                       throughput_unit="samples/s")
+    return trial_result(accum, split, gbs=128, throughput=tp, throughput_low=tp * 0.97, throughput_high=tp * 1.03, step_times_s=times,
+                        steps_measured=8, throughput_unit="samples/s")
 
 
-def swapped_sweep(root: Path, name: str = "swapped") -> tuple[Path, list[dict], dict]:
+def swapped_sweep(root: Path, name: str = "swapped") -> tuple[Path, list[dict], Recommendation]:
     """A sweep dir written as the orchestrator writes it after a drift check that swapped the leader."""
     cands = enumerate_candidates(128, 1, [4, 8], [1, 2])
     results = {r.key: r for r in (ok(a, s, tp) for (a, s), tp in OWN.items())}
@@ -58,13 +58,12 @@ def swapped_sweep(root: Path, name: str = "swapped") -> tuple[Path, list[dict], 
     rows = build_table(meta, cands, results, done=True, judged=basis, retimed=retimed_figures(results, d))
     rec = recommendation(meta, basis, 50, None, d.noise)
     assert rec is not None
-    rec["drift"] = d.record()
-    key = f"accum{rec['accum']}_split{rec['split']}"
-    rec["drift_note"] = pooled_note(results, basis, key, "samples/s", d)
+    key = f"accum{rec.accum}_split{rec.split}"
+    rec = replace(rec, drift=d.record(), drift_note=pooled_note(results, basis, key, "samples/s", d))
     sweep = root / name
     sweep.mkdir(parents=True)
     (sweep / "trials.csv").write_text(table_csv(rows))
-    (sweep / "recommendation.yaml").write_text(yaml.safe_dump(rec, sort_keys=False))
+    (sweep / "recommendation.yaml").write_text(yaml.safe_dump(rec.to_record(), sort_keys=False))
     (sweep / "sweep.json").write_text(json.dumps({"schema_version": 1, "sweep_id": name, "state": "done", "search": "staircase"}))
     return sweep, rows, rec
 
@@ -74,7 +73,7 @@ def test_every_surface_names_the_pair_the_re_timing_put_first(tmp_path: Path) ->
     answer = (4, 2)
     both = math.sqrt(635.0 * 1000.0)
     # recommendation.yaml and the printed line
-    assert (rec["accum"], rec["split"]) == answer
+    assert (rec.accum, rec.split) == answer
     assert recommendation_line(rec).startswith("recommended accum=4 split=2: ")
     # the table built in memory, and trials.csv as written
     assert [(r["accum"], r["split"]) for r in rows if r["rank"] == 1] == [answer]
@@ -89,7 +88,7 @@ def test_every_surface_names_the_pair_the_re_timing_put_first(tmp_path: Path) ->
     plain = df[(df["accum"] == 8) & (df["split"] == 2)].iloc[0]  # not re-timed: ranked on its own figure
     assert math.isnan(plain["retimed_throughput_samples_per_s"]) and plain["ranked_throughput_samples_per_s"] == 500.0
     # the speedup column and the recommendation's from the same figures
-    assert lead["speedup"] == pytest.approx(rec["speedup"], abs=1e-4) and lead["speedup"] == pytest.approx(both / math.sqrt(819 * 600))
+    assert lead["speedup"] == pytest.approx(rec.speedup, abs=1e-4) and lead["speedup"] == pytest.approx(both / math.sqrt(819 * 600))
     # the heatmap's `rec` outline and label
     assert plots.recommended_pair(df) == answer
     fig = plots.heatmap_figure(df)
@@ -112,13 +111,14 @@ def test_every_surface_names_the_pair_the_re_timing_put_first(tmp_path: Path) ->
 def test_the_note_says_only_what_its_numbers_show(tmp_path: Path) -> None:
     """It once said the pair "leads on both timings of each pair" beside 635 against 819 on the sweep's own."""
     _, _, rec = swapped_sweep(tmp_path)
-    note = rec["drift_note"]
+    note = rec.drift_note
+    assert note is not None
     m = re.fullmatch(r"accum=(\d+) split=(\d+) ranks above accum=(\d+) split=(\d+) on both timings of each re-timed pair "
                      r"\(their geometric mean\): ([\d.]+) against ([\d.]+) samples/s; ([\d.]+) against ([\d.]+) on the sweep's timings, "
                      r"([\d.]+) against ([\d.]+) on the drift check's", note)
     assert m is not None, note
     lead, rival = (int(m[1]), int(m[2])), (int(m[3]), int(m[4]))
-    assert lead == (rec["accum"], rec["split"]) == (4, 2) and rival == (8, 1)
+    assert lead == (rec.accum, rec.split) == (4, 2) and rival == (8, 1)
     mean_lead, mean_rival, own_lead, own_rival, again_lead, again_rival = (float(m[i]) for i in range(5, 11))
     assert (own_lead, own_rival) == (OWN[lead], OWN[rival]) and (again_lead, again_rival) == (AGAIN[lead], AGAIN[rival])
     assert mean_lead == round(math.sqrt(own_lead * again_lead), 1) and mean_rival == round(math.sqrt(own_rival * again_rival), 1)
@@ -168,6 +168,7 @@ def test_an_interim_score_after_one_pair_is_not_confident(tmp_path: Path) -> Non
     assert interim[0] < 80, proc.stdout  # one pair measured, two still running or to run: no confident answer yet
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_tiny_default_sweep_names_one_pair_everywhere(tmp_path: Path) -> None:
     """`python -m sweep` as a user runs it (tiny): outputs/latest's surfaces agree, whether or not the drift check swapped."""
@@ -209,7 +210,8 @@ def test_a_tiny_default_sweep_names_one_pair_everywhere(tmp_path: Path) -> None:
 @pytest.mark.parametrize("confidence, claim", [(41, "leads so far"), (62, "leads so far"), (None, "leads so far"), (80, "is the fastest"), (99, "is the fastest")])
 def test_the_1d_line_claims_the_fastest_only_at_a_high_score(confidence, claim) -> None:
     """"the least accumulation that ran ok is the fastest" was printed at 41-62/100: more than such a score supports."""
-    rec = {"accum": 1, "split": 1, "speedup": 1.0, "baseline": {"accum": 1, "split": 1}, "confidence": confidence, "splits_apply": False,
-           "flags": "--gradient_accumulation_steps=1"}
+    rec = Recommendation.from_record({"accum": 1, "split": 1, "per_device_batch": 128, "global_batch_size": 128, "num_devices": 1,
+                                      "speedup": 1.0, "baseline": {"accum": 1, "split": 1}, "confidence": confidence,
+                                      "splits_apply": False, "flags": "--gradient_accumulation_steps=1"})
     line = recommendation_line(rec)
     assert f"the least accumulation that ran ok {claim}" in line

@@ -30,7 +30,7 @@ def meta(**kw) -> SweepMeta:
 def test_1d_recommendation_is_in_the_frameworks_flags() -> None:
     rec = recommendation(meta(parser="nanogpt", throughput_unit="tokens/s", splits_apply=False, flags_template=NANOGPT), results(), 80)
     assert rec is not None
-    assert (rec["flags"], rec["throughput_unit"], rec["splits_apply"]) == (
+    assert (rec.flags, rec.throughput_unit, rec.splits_apply) == (
         "--batch_size=32 --gradient_accumulation_steps=2", "tokens/s", False)
     line = recommendation_line(rec)
     assert line == "recommended --batch_size=32 --gradient_accumulation_steps=2 (accum=2): 1.11x the accum=1 baseline, confidence 80/100"
@@ -42,7 +42,7 @@ def test_1d_recommendation_is_in_the_frameworks_flags() -> None:
 
 def test_2d_recommendation_is_unchanged() -> None:
     rec = recommendation(meta(), results(split=2), 80)
-    assert rec is not None and rec["flags"] == "--grad_accumulation_batches=2 --batch_split_factor=2"
+    assert rec is not None and rec.flags == "--grad_accumulation_batches=2 --batch_split_factor=2"
     assert recommendation_line(rec).startswith("recommended accum=2 split=2: ")
     assert "batch_split_factor: 2" in export.yaml_snippet(rec)
 

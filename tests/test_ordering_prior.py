@@ -11,7 +11,8 @@ import random
 from dataclasses import replace
 
 import pytest
-from landscapes import LANDSCAPES, Landscape, largest_fit_slower, run_sweep, simulate_calibration
+from support.landscapes import LANDSCAPES, Landscape, largest_fit_slower, run_sweep, simulate_calibration
+from support.results import trial_result
 
 from sweep.core.confidence import (
     ORDER_SLIP,
@@ -28,7 +29,6 @@ from sweep.core.implications import ORDERED_STOP, ordered_below, ordering_breaks
 from sweep.core.ordering import RETRY_SLOWDOWN, ordering_note
 from sweep.core.schema import OK, OOM, PHASE_ENCODER, PHASE_JOINT, REJECTED, TrialResult
 from sweep.core.space import enumerate_candidates, make_candidate
-from sweep.core.stats import throughput_summary
 from sweep.core.strategies import make_strategy
 
 GBS = 64
@@ -38,10 +38,7 @@ def ok(accum: int, split: int, rate: float, steps: int = 10, noise: float = 0.01
     """An ok pair measured in full: `steps` step times scattered (lognormal, `noise`) around `rate` samples/s."""
     rng = random.Random(f"{accum}/{split}/{seed}")
     times = [GBS / rate * math.exp(rng.gauss(0.0, noise)) for _ in range(steps)]
-    c = make_candidate(accum, split, GBS, 1)
-    mid, low, high = throughput_summary(times, GBS)
-    return TrialResult(accum, split, c.per_device_batch, c.joint_batch, GBS, 1, OK, step_times_s=times, steps_measured=steps,
-                       throughput=mid, throughput_low=low, throughput_high=high, measured_by="probe", **fields)  # fmt: skip
+    return trial_result(accum, split, gbs=GBS, times=times, steps_measured=steps, measured_by="probe", **fields)
 
 
 def oom(accum: int, split: int) -> TrialResult:

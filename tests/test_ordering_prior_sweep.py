@@ -16,9 +16,10 @@ ATTACK = Path(__file__).parent / "attack_train.py"
 GBS = 64
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_the_next_micro_batch_down_is_run_and_recommended_where_the_largest_that_fits_is_slower(tmp_path):
-    from sweep_run import run_sweep
+    from support.sweep_run import run_sweep
 
     sweep_dir = tmp_path / "largest_slow"
     # accum=1 runs out of memory; accum=2 fits but is slowed (600 samples/s); accum=4 is 1.4x faster (840); accum=8 is slower.

@@ -459,14 +459,10 @@ def test_select_counts_epochs_as_they_appear() -> None:
 
 # --- issue 30: logs whose figures were dropped or misread. Lines written from each framework's own format
 # string (or rendered by tqdm itself), not from a summary of them.
+from support.parser_lines import caiman_step, lightning_postfix  # noqa: E402
+
 from sweep.parsers import parser_settings  # noqa: E402
 from sweep.parsers.throughput import IGNORED, MEASURED  # noqa: E402
-
-
-def _lightning_postfix(value: float) -> str:
-    """Lightning's Tqdm.format_num: tqdm's 3 significant digits, padded to 5 characters (_PAD_SIZE)."""
-    text = f"{value:.3g}"
-    return text + "0" * max(0, 5 - len(text))
 
 
 def test_nemo_asr_bars_with_step_timing_and_no_step_number_keep_every_figure() -> None:
@@ -477,7 +473,7 @@ def test_nemo_asr_bars_with_step_timing_and_no_step_number_keep_every_figure() -
     times = [0.9 + (i % 5) / 100 for i in range(37)]
     lines = [
         tqdm.tqdm.format_meter(i + 1, 300, sum(times[: i + 1]), prefix="Epoch 0", rate=1 / t,
-                               postfix=f"v_num=0, train_step_timing in s={_lightning_postfix(t)}")
+                               postfix=f"v_num=0, train_step_timing in s={lightning_postfix(t)}")
         for i, t in enumerate(times)
     ]
     found = parse_all({"type": "lightning"}, ("\r".join(lines) + "\n").encode())
@@ -538,18 +534,13 @@ def test_deepspeed_pipeline_engine_line() -> None:
     assert (p.value, p.rank) == (273.344, 0)
 
 
-def _caiman_step(epoch: int, it: int, step: int, tput: float) -> str:
-    return (f"DLL 2024-01-02 10:11:05.000001 - epoch {epoch:4d} | iter {it:4d}/2 | step {step:4d} | train_loss :  95.3125 "
-            f"| train_throughput-audio-samples-per-sec :  {tput:.2f} | train_took :  0.7357")
-
-
 def test_caiman_asr_with_two_step_lines_uses_them_not_the_epoch_average() -> None:
     """caiman-asr's epoch average includes validation; with 1-2 per-step lines it was used anyway,
     and the note beside it said the per-step figures were."""
     log = "\n".join([
-        _caiman_step(1, 1, 1, 900.0), _caiman_step(1, 2, 2, 1000.0),
+        caiman_step(1, 1, 1, 900.0), caiman_step(1, 2, 2, 1000.0),
         "DLL 2024-01-02 10:11:12.123456 - epoch    1 | train_avg_throughput-audio-samples-per-sec :  700.00 | train_avg_took :  12.34",
-        _caiman_step(2, 1, 3, 1400.0), _caiman_step(2, 2, 4, 1420.0),
+        caiman_step(2, 1, 3, 1400.0), caiman_step(2, 2, 4, 1420.0),
         "DLL 2024-01-02 10:11:30.123456 - epoch    2 | train_avg_throughput-audio-samples-per-sec :  1100.00 | train_avg_took :  12.34",
     ]) + "\n"
     found = parse_all(MYRTLE, log.encode())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_presets import ESC, LINES, parse
+from support.parser_lines import ESC, LINES, parse
 
 from sweep.parsers import PRESETS, parser_settings
 from sweep.parsers.presets import NO_FLAGS_TEMPLATE
@@ -121,7 +121,7 @@ SHIPPED_FLAGS = {
 @pytest.mark.parametrize("name", sorted(SHIPPED_FLAGS))
 def test_shipped_sweeps_recommend_in_the_frameworks_flags(name: str) -> None:
     import yaml
-    from test_presets import ROOT
+    from support.doc_pages import ROOT
 
     from sweep.core.ranking import SweepMeta, recommended_flags
     from sweep.core.schema import TrialResult

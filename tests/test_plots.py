@@ -1,26 +1,23 @@
 """The PNG plots tell the truth: the heatmap marks the recommended and tight pairs and draws pairs within
 the noise of the best alike; the scaling plot keeps its ideal line in view and shows the OOM pairs.
 
-Synthetic sweep dirs (test_api.make_sweep) for the parametrized cases; tests/golden/sweeps holds the
+Synthetic sweep dirs (support.results.make_sweep) for the parametrized cases; tests/golden/sweeps holds the
 trials.csv and recommendation.yaml of real CPU demo sweeps (a grid, and a staircase whose fastest pair is tight).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from support.results import make_sweep
 
-sys.path.insert(0, str(Path(__file__).parent))  # the sweep-dir builder lives in test_api.py
-from test_api import make_sweep  # noqa: E402
-
-from sweep.analysis import plots  # noqa: E402
-from sweep.analysis.api import load  # noqa: E402
-from sweep.analysis.report import write_report  # noqa: E402
+from sweep.analysis import plots
+from sweep.analysis.api import load
+from sweep.report import write_report
 
 GOLDEN = Path(__file__).parent / "golden" / "sweeps"
 RANKED_COLUMNS = ["ranked_throughput_samples_per_s", "ranked_throughput_low_samples_per_s", "ranked_throughput_high_samples_per_s"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sweep_run import forked_python
+from support.sweep_run import forked_python
 
 from sweep.core.probe_report import parse_records
 from sweep.probe import BOOT_DIR, oom_phase_of, probe_env, read_probe
@@ -28,7 +28,7 @@ def run_probed(tmp_path: Path, *argv: str, env_extra: dict[str, str] | None = No
                fresh: bool = False):
     """`python ARGV` (or `LAUNCHER ARGV`) with the probe's environment; (process, record dir).
 
-    A script under plain python is forked from a server that has imported torch (tests/sweep_run.py): it then
+    A script under plain python is forked from a server that has imported torch (tests/support/sweep_run.py): it then
     starts as an interpreter would with this environment (PYTHONPATH, the probe's sitecustomize), which finds
     torch imported and arms at once. fresh (and a launcher, and `-c`): a new interpreter, whose sitecustomize
     arms the probe when the script imports torch, the path every command trial takes."""
@@ -128,6 +128,7 @@ def test_plain_script_under_python(tmp_path):
     assert proc.stdout == "" and proc.stderr == ""  # nothing of the probe's in the user's log
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
 def test_torchrun_two_ranks_slowest_rank(tmp_path):
     _, records = run_probed(

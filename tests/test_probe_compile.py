@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from sweep_run import forked_python
+from support.sweep_run import forked_python
 
 from sweep.probe import probe_env, read_probe
 

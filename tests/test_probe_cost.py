@@ -72,6 +72,7 @@ def test_with_no_torch_optimizer_the_probe_waits_for_the_device_once_a_step_and_
     assert backward_per_update(read_probe(tmp_path / "loop1")) == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", ["none", "own_optimizer"])
 def test_the_records_written_a_step_do_not_grow_with_the_accumulation(tmp_path, attack):
     """One record per backward pass made the probe's cost grow with accum (a JSON line and a flush each): accum=8 wrote

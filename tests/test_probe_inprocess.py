@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_trial import JOINT_HOG, make_spec, run_in_own_process
+from support.trials import JOINT_HOG, make_spec, run_in_own_process
 
 from sweep import probe
 from sweep.core.schema import RESULT_FILE, Status

@@ -11,29 +11,24 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.results import trial_result
 
 from sweep.core.config import TrialConfig
+from sweep.core.decision import losers
+from sweep.core.decision import race_leader as leader
 from sweep.core.measure import PROGRESS_FILE, STOP_FILE, progress_record
 from sweep.core.ranking import SweepMeta
 from sweep.core.schema import RESULT_FILE, Status, TrialResult, trial_dir
 from sweep.core.space import enumerate_candidates
 from sweep.core.strategies import make_strategy
-from sweep.orchestration.racing import PREDICTED_FILE, Predictions, Racing, leader, losers
+from sweep.orchestration.racing import PREDICTED_FILE, Predictions, Racing
 from sweep.records import progress_step_times, read_result, stop_requested
 
 GBS = 64
 
 
 def ok(accum: int, times: list[float], split: int = 1, peak: float | None = None) -> TrialResult:
-    from sweep.core.stats import throughput_summary
-
-    mid, low, high = throughput_summary(times, GBS)
-    per_device = GBS // accum
-    return TrialResult(
-        accum=accum, split=split, per_device_batch=per_device, joint_batch=per_device // split, global_batch_size=GBS,
-        num_devices=1, status=Status.OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high,
-        peak_mem_gib=peak,
-    )
+    return trial_result(accum, split, gbs=GBS, status=Status.OK, times=times, peak_mem_gib=peak)
 
 
 STEADY = [0.010, 0.0101, 0.0099, 0.010, 0.0102, 0.0098, 0.010, 0.0100]  # ~6400 samples/s, tight
@@ -54,7 +49,7 @@ RACES = [
 
 @pytest.mark.parametrize("name, times, stopped", RACES, ids=[r[0] for r in RACES])
 def test_a_running_trial_is_stopped_only_when_its_interval_lies_below_the_leaders(name, times, stopped):
-    out = losers(["accum2_split1"], LEADER, GBS, lambda key: times)
+    out = losers({"accum2_split1": times}, LEADER, GBS)
     assert ("accum2_split1" in out) is stopped
     if stopped:
         assert "cannot beat the leader accum1_split1" in out["accum2_split1"] and "95% upper bound" in out["accum2_split1"]
@@ -62,21 +57,21 @@ def test_a_running_trial_is_stopped_only_when_its_interval_lies_below_the_leader
 
 def test_no_leader_no_race():
     assert leader({}) is None
-    assert losers(["accum2_split1"], {}, GBS, lambda key: [1.0] * 8) == {}
+    assert losers({"accum2_split1": [1.0] * 8}, {}, GBS) == {}
     # An ok figure without step times (one epoch average) cannot lead a race.
     flat = replace(LEADER["accum1_split1"], step_times_s=[])
-    assert losers(["accum2_split1"], {"accum1_split1": flat}, GBS, lambda key: [1.0] * 8) == {}
+    assert losers({"accum2_split1": [1.0] * 8}, {"accum1_split1": flat}, GBS) == {}
 
 
 def test_a_tight_pair_never_leads_a_race():
     """It is not what the sweep recommends: a slower roomy pair may still be the answer."""
     tight = replace(LEADER["accum1_split1"], tight=True)
     slow = [0.1, 0.12, 0.08, 0.1, 0.12, 0.08]
-    assert losers(["accum2_split1"], {"accum1_split1": tight}, GBS, lambda key: slow) == {}
+    assert losers({"accum2_split1": slow}, {"accum1_split1": tight}, GBS) == {}
     roomy = ok(4, [0.02] * 8)
     results = {"accum1_split1": tight, roomy.key: roomy}
     assert leader(results) is roomy
-    assert "cannot beat the leader accum4_split1" in losers(["accum2_split1"], results, GBS, lambda key: slow)["accum2_split1"]
+    assert "cannot beat the leader accum4_split1" in losers({"accum2_split1": slow}, results, GBS)["accum2_split1"]
 
 
 def test_racing_writes_stop_once_and_a_resubmitted_trial_starts_clean(tmp_path):
@@ -149,7 +144,7 @@ def test_trust_memory_model_false_predicts_nothing(tmp_path):
 
 
 def test_builtin_trial_measures_at_least_min_and_at_most_the_cap(tmp_path):
-    from test_trial import make_spec
+    from support.trials import make_spec
 
     from sweep.workloads.rnnt.runner import run_trial
 
@@ -163,7 +158,7 @@ def test_builtin_trial_measures_at_least_min_and_at_most_the_cap(tmp_path):
 
 
 def test_builtin_trial_stops_when_told_and_keeps_its_partial_measurement(tmp_path):
-    from test_trial import make_spec
+    from support.trials import make_spec
 
     from sweep.workloads.rnnt.runner import run_trial
 
@@ -194,7 +189,7 @@ while accum != 1 or it < 40:
 
 def race_sweep(tmp_path: Path, *extra: str):
     """A real sweep of RACE_SCRIPT's fast accum=1 and slow accum=2 side by side: (the process, its sweep dir)."""
-    from sweep_run import run_sweep
+    from support.sweep_run import run_sweep
 
     script = tmp_path / "race_train.py"
     script.write_text(RACE_SCRIPT)
@@ -299,7 +294,7 @@ def test_a_provisional_first_pair_that_is_the_answer_is_run_again_in_full(tmp_pa
     """The staircase's first pair, accum=2, stops provisionally after one timed step (nothing measured yet); accum=1
     runs out of memory, accum=4 is outranked, so the search ends with the provisional pair first: it runs again in
     its own dir, in full, and the recommendation rests on that run (orchestration/remeasure.py)."""
-    from sweep_run import run_sweep
+    from support.sweep_run import run_sweep
 
     from sweep.orchestration.remeasure import PROVISIONAL_FILE
 
@@ -334,11 +329,12 @@ for it in range(12):
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_pairs_predicted_to_oom_are_not_launched_and_shown_with_peak_and_capacity(tmp_path):
     """Nine finished trials (as a resumed sweep finds them) with peaks 0.1 + 0.02 p + 0.01 j + 0.05 (s > 1) GiB;
     capacity 1 GiB: the accum=1 pairs (>= 1.6 GiB) and accum=2 split=1 (1.06 GiB) are not launched."""
-    from sweep_run import run_sweep
+    from support.sweep_run import run_sweep
 
     from sweep.records import write_result
 

@@ -9,28 +9,31 @@ import sys
 from pathlib import Path
 
 import pytest
-from doc_pages import PAGES, README, ROOT, fenced_blocks, section, sweep_commands
-from sbatch_golden import CASES, golden_path
-from sweep_run import run_sweep
-from test_api import make_sweep
+from support.doc_pages import PAGES, README, ROOT, fenced_blocks, section, sweep_commands
+from support.plans import plan
+from support.results import make_sweep
+from support.sbatch_golden import CASES, golden_path
+from support.sweep_run import run_sweep
 
 DOCS = [p for p in PAGES if p != README]
-PYTHON_BLOCKS = [(page, i, block) for page in PAGES for i, block in enumerate(fenced_blocks(page.read_text(), "python"))]
+# A python block that is a file shipped under examples/, verbatim, is a script to run with flags: tests/test_tutorial.py runs it.
+SHIPPED = {path.read_text() for path in (ROOT / "examples").rglob("*.py")}
+PYTHON_BLOCKS = [(page, i, block) for page in PAGES for i, block in enumerate(fenced_blocks(page.read_text(), "python")) if block not in SHIPPED]
 
 
 def test_readme_starts_with_install_sweep_and_test_commands():
     first_block = README.read_text().split("```bash\n", 1)[1].split("```", 1)[0]
     commands = [line.split("#")[0].strip() for line in first_block.splitlines() if line.strip()]
-    assert commands == ['pip install torch==2.13.0 -e ".[test]"', "python -m sweep", "python -m pytest"]
+    assert commands == ['pip install torch==2.13.0 -e ".[test]"', "python -m sweep", "python -m pytest", "python -m pytest --full"]
     ci = (README.parent / ".ci" / "run").read_text()
-    assert "python -m pip install -q torch==2.13.0 -e \".[test]\"" in ci and ci.rstrip().endswith("\npython -m pytest")
+    assert "python -m pip install -q torch==2.13.0 -e \".[test]\"" in ci and ci.rstrip().endswith("\npython -m pytest --full")
 
 
 def test_readme_fits_on_a_few_screens_and_its_first_says_what_the_tests_do():
     lines = README.read_text().splitlines()
     assert len(lines) <= 200
     first_screen = "\n".join(lines[:24])
-    for needed in ("minutes", "root", "Slurm", "tests/slurm/cluster.sh", "apt-get"):
+    for needed in ("minutes", "root", "Slurm", "tests/slurm/cluster.sh install", "--full"):
         assert needed in first_screen, needed
     linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", README.read_text()))
     assert linked == {p.name for p in DOCS}, "every docs/ page is linked from the README"
@@ -94,46 +97,6 @@ def _user_sweeps(cwd: Path) -> None:
             (cwd / "sweeps" / f"{name}.yaml").write_text(block)
 
 
-def plan(arguments: list[str], sweep_dir: Path):
-    """What `python -m sweep ARGUMENTS` would run: Hydra composes the fixed overrides, the sweeper plans the swept knobs."""
-    from hydra import compose, initialize_config_dir
-
-    from sweep.cli.config import register_configs
-    from sweep.orchestration.plan import make_plan
-    from sweep.orchestration.settings import SWEEPABLE, read_settings
-    from sweep.resources import CONF_DIR
-
-    swept = [a for a in arguments if a.split("=", 1)[0] in SWEEPABLE]
-    fixed = [a for a in arguments if a not in swept and not a.startswith("hydra.sweep.dir=")]
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose("sweep", overrides=[*fixed, f"hydra.sweep.dir={sweep_dir}"], return_hydra_config=True)
-        moved = _in_a_checkout(cfg, sweep_dir.parent / "checkout")
-        if moved:
-            cfg = compose("sweep", overrides=[*fixed, *moved, f"hydra.sweep.dir={sweep_dir}"], return_hydra_config=True)
-    return make_plan(read_settings(cfg, swept), sweep_dir)
-
-
-def _in_a_checkout(cfg, checkout: Path) -> list[str]:
-    """The docs' command sweeps run from the trainer's checkout (the command runs where sweep starts, and
-    its script is checked there before launch): the scripts its argv names, as empty files where it runs.
-    A workload.cwd that is not on this host (the docs' /tmp/nanogpt) becomes checkout: the override."""
-    from sweep.workloads.command.template import script_arguments
-
-    workload = cfg.workload
-    if workload.get("name") != "command":
-        return []
-    cwd, moved = workload.get("cwd"), []
-    if cwd and not Path(cwd).is_dir():
-        checkout.mkdir(parents=True, exist_ok=True)
-        cwd, moved = str(checkout), [f"workload.cwd={checkout}"]
-    for script in script_arguments([str(a) for a in workload.argv]):
-        path = Path(cwd or ".") / script
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
-    return moved
-
-
 def test_every_sweep_command_in_the_docs_is_a_valid_sweep(tmp_path, monkeypatch):
     """Each `python -m sweep ...` the docs show composes and plans as sweep would run it (nothing launched); those
     whose shown output is an error are run for real below, and `resume=` needs a sweep dir (tests/test_fingerprint.py)."""
@@ -152,6 +115,7 @@ def test_every_sweep_command_in_the_docs_is_a_valid_sweep(tmp_path, monkeypatch)
     assert checked >= 20
 
 
+@pytest.mark.e2e
 def test_error_examples_print_what_the_docs_show(tmp_path):
     """A bad-input example with no sweep dir behind it is run as written: its one line, exit status 2."""
     examples = [(page, line, args, shown) for page in PAGES for line, args, shown in sweep_commands(page.read_text())

@@ -10,16 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.results import make_sweep
 
-sys.path.insert(0, str(Path(__file__).parent))  # the sweep-dir builder lives in test_api.py
-from test_api import make_sweep  # noqa: E402
-
-from sweep.analysis import export, report  # noqa: E402
-from sweep.analysis.api import load  # noqa: E402
+from sweep import report
+from sweep.analysis import export
+from sweep.analysis.api import load
+from sweep.core.ranking import Recommendation
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-REC = {"accum": 1, "split": 8, "per_device_batch": 128, "joint_batch": 16, "global_batch_size": 1024,
-       "num_devices": 8, "machine": "dgx-a100", "confidence": 70}
+REC = Recommendation.from_record({"accum": 1, "split": 8, "per_device_batch": 128, "joint_batch": 16, "global_batch_size": 1024,
+                                  "num_devices": 8, "machine": "dgx-a100", "confidence": 70})
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,7 @@ from sweep.workloads.rnnt.data import (
     step_lengths,
     worst_batch_cells,
 )
-from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, PeakMemory, configure_cpu_allocator
+from sweep.workloads.rnnt.memory import DeviceOOM, MemoryBudget, configure_cpu_allocator
 from sweep.workloads.rnnt.model import (
     RNNT,
     RNNTWorkload,
@@ -133,36 +133,15 @@ def test_split_must_divide_the_per_device_batch():
         RNNTWorkload(TINY, CPU).train_step(per_device_batch=6, accum=1, split=4, step_index=0)
 
 
-def _joint_phase_peaks(cfg: RNNTWorkloadConfig, splits: tuple[int, ...]) -> dict[int, int]:
-    """{split: the joint phase's resident peak above what the encoder holds}, measured as a trial measures:
-    in a fresh process whose allocator is configured before the first tensor (run in a child process)."""
-    torch.set_num_threads(1)
-    configure_cpu_allocator()  # as a trial does: big tensors get their own mappings, freed on release
-    w = RNNTWorkload(cfg, CPU)
-    w.warm_up(8)
-    peaks, meter, previous = {}, PeakMemory(CPU), [None]
-
-    def on_phase(phase):
-        if phase == PHASE_JOINT:
-            meter.rebase()  # the joint alone, above what the encoder already holds
-        elif previous[0] == PHASE_JOINT:
-            peaks[split] = meter.peak_bytes()
-        previous[0] = phase
-
-    w.on_phase = on_phase
-    for split in splits:
-        w.gradients(per_device_batch=8, accum=1, split=split)
-    return peaks
-
-
 def test_joint_phase_peak_memory_falls_as_split_grows():
     """The resident peak (VmHWM) counts pages first touched, not bytes allocated, so it measures a step only
     in a process as fresh as a trial's. In a pytest worker, memory earlier tests freed stays resident in
     glibc's heap (mallopt's mmap threshold only applies when the heap cannot serve a request), and a joint
     served from it touched no new page: the split=8 and split=4 peaks read 0.0 and 1.8 MiB there, against
     2.9 and 5.9 fresh, and the order failed now and then in a full run. So it runs in a spawned child."""
-    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_rnnt as t; "
-            "print(json.dumps(t._joint_phase_peaks(t.BIG_JOINT, (8, 4, 2, 1))))")
+    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from support.rnnt import joint_phase_peaks; "
+            "from sweep.workloads.rnnt.config import RNNTWorkloadConfig; "
+            f"print(json.dumps(joint_phase_peaks(RNNTWorkloadConfig(**{asdict(BIG_JOINT)!r}), (8, 4, 2, 1))))")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert child.returncode == 0, child.stderr
     peaks = {int(s): b for s, b in json.loads(child.stdout.splitlines()[-1]).items()}

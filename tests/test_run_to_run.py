@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_api import make_sweep
+from support.results import make_sweep, trial_result
 
 import sweep
-from sweep.analysis.api import LoadError
 from sweep.analysis.compare import RUN_TO_RUN_COLUMNS
 from sweep.core.confidence import TRIAL_FLOOR, confidence_score, leader_probability
 from sweep.core.config import MachineConfig, run_to_run_noise
@@ -18,6 +17,7 @@ from sweep.core.run_to_run import Repeat, RunToRun, estimate_run_to_run, within_
 from sweep.core.schema import OK, TrialResult
 from sweep.core.space import enumerate_candidates
 from sweep.core.stats import Z95
+from sweep.errors import LoadError
 
 
 def interval(throughput: float, se: float) -> Repeat:
@@ -82,8 +82,7 @@ def ok(accum: int, throughput: float, steps: int = 32) -> TrialResult:
     """An ok trial at global batch 16 whose steps scatter by about 1%."""
     step = 16 / throughput
     times = [step * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(steps)]
-    return TrialResult(accum=accum, split=1, per_device_batch=16 // accum, joint_batch=16 // accum, global_batch_size=16,
-                       num_devices=1, status=OK, throughput=throughput, step_times_s=times)
+    return trial_result(accum, gbs=16, throughput=throughput, step_times_s=times)
 
 
 def test_pairs_closer_than_the_noise_are_not_told_apart():

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_gpu_groups import pretend_four_gpus, run_in_process
+from support.in_process import pretend_four_gpus, run_in_process
+from support.results import trial_result
+from support.scripts import GATED
 
 from sweep.core.schema import Status, TrialResult
 from sweep.core.screening import confirm_candidates, screens
-from sweep.core.stats import throughput_summary
 
 # Records what it was given; reports a throughput the default (Myrtle) parser reads. accum=2 leads and
 # accum=1 is 4% behind it, accum=4 and 8 far slower.
@@ -50,7 +51,7 @@ def test_yaml_on_and_off_mean_the_words_they_spell(tmp_path):
     from sweep.orchestration.settings import screen_word
 
     assert [screen_word(v) for v in (True, "True", False, "False", "on", "auto", "sometimes")] == ["on", "on", "off", "off", "on", "auto", "sometimes"]
-    from test_readme import plan
+    from support.plans import plan
 
     # What YAML's `on` becomes: true, which the str schema holds as 'True'. `on` screens even CPU sweeps of 2 ranks.
     assert plan(["+machine=cpu2", "search.screen=true"], tmp_path / "on").screen
@@ -59,9 +60,7 @@ def test_yaml_on_and_off_mean_the_words_they_spell(tmp_path):
 
 
 def _ok(accum: int, times: list[float], tight: bool = False) -> TrialResult:
-    mid, low, high = throughput_summary(times, 64)
-    return TrialResult(accum=accum, split=1, per_device_batch=64 // accum, joint_batch=64 // accum, global_batch_size=64, num_devices=1,
-                       status=Status.OK, step_times_s=times, throughput=mid, throughput_low=low, throughput_high=high, tight=tight)
+    return trial_result(accum, gbs=64, status=Status.OK, times=times, tight=tight)
 
 
 def test_the_pairs_inside_the_leaders_noise_are_confirmed_and_a_failed_confirmation_opens_the_next():
@@ -140,7 +139,7 @@ def test_a_two_device_sweep_screens_one_rank_trials_side_by_side_then_confirms_w
 
 @pytest.mark.parametrize("extra", [[], ["machine.nodes=2", "machine.num_devices=16"]], ids=["8 GPUs", "2 nodes of 8"])
 def test_on_slurm_screening_trials_are_one_gpu_jobs(tmp_path: Path, extra: list[str]) -> None:
-    from sbatch_golden import SLURM, _srun_not_required, compose_plan
+    from support.sbatch_golden import SLURM, _srun_not_required, compose_plan
 
     from sweep.launch import backend as backends
     from sweep.orchestration.screening import screening_plan
@@ -163,7 +162,7 @@ def test_screening_rows_meet_the_stress_step_and_only_the_confirmations_never_st
     """A screened pair may be confirmed by a fresh N-rank job, so it meets the workload's stress step at one rank
     before it stops ahead or tied, as a full trial does; the search's first screened pair stops provisionally
     (never run again: a screening row is never the answer), and no confirmation does (the first is the leader)."""
-    from sbatch_golden import SLURM, compose_plan
+    from support.sbatch_golden import SLURM, compose_plan
 
     from sweep.core.decision import PROVISIONAL_STEPS
     from sweep.orchestration.racing import StopSteps, plan_ahead_steps, plan_stop_steps
@@ -180,7 +179,7 @@ def test_screening_rows_meet_the_stress_step_and_only_the_confirmations_never_st
 
 
 def test_a_bad_screen_mode_is_one_line(tmp_path: Path) -> None:
-    from sbatch_golden import compose_plan
+    from support.sbatch_golden import compose_plan
 
     from sweep.errors import SweepError
 
@@ -241,7 +240,7 @@ def test_stopped_while_screening_it_says_to_resume_the_whole_sweep(tmp_path: Pat
     import subprocess
     import time
 
-    from test_interrupts import ARGV
+    from support.interrupts import ARGV
 
     sweep_dir = tmp_path / "sweep"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
@@ -265,7 +264,7 @@ def test_stopped_while_screening_it_says_to_resume_the_whole_sweep(tmp_path: Pat
 
 
 def test_a_dry_run_says_screening_comes_first(tmp_path: Path) -> None:
-    from sbatch_golden import compose_plan
+    from support.sbatch_golden import compose_plan
 
     from sweep.orchestration.preflight import dry_run_text
 
@@ -279,7 +278,7 @@ def test_a_screening_sweeps_staircase_gives_spare_devices_the_retry(tmp_path: Pa
     is not; the confirmations are proposed from the screening rows."""
     from types import SimpleNamespace
 
-    from sbatch_golden import SLURM, compose_plan
+    from support.sbatch_golden import SLURM, compose_plan
 
     from sweep.orchestration.orchestrator import Orchestrator
     from sweep.orchestration.screening import run_screening, screening_plan
@@ -292,22 +291,6 @@ def test_a_screening_sweeps_staircase_gives_spare_devices_the_retry(tmp_path: Pa
     assert code == 0 and confirm is not None and confirm.screening == {}
 
 
-# accum=2's screening trial (one rank) holds the screening phase open until the test's `go` file; accum=1 leads by 2x.
-GATED = r'''
-import os, sys, time
-accum, ndev = int(sys.argv[1]), int(sys.argv[2])
-here = os.path.dirname(os.path.abspath(__file__))
-if ndev == 1 and accum == 2:
-    open(os.path.join(here, "screening"), "w").close()
-    deadline = time.time() + 60
-    while not os.path.exists(os.path.join(here, "go")) and time.time() < deadline:
-        time.sleep(0.05)
-speed = 1000.0 / accum
-for epoch in (1, 2, 3):
-    print(f"DLL 2024-01-02 10:11:1{epoch}.123456 - epoch {epoch:4d} | train_avg_throughput-audio-samples-per-sec : {speed:8.2f} | train_avg_took : {0.016 * accum:6.2f}", flush=True)
-'''
-
-
 @pytest.mark.e2e
 def test_a_second_sweep_into_a_dir_being_screened_is_refused_and_screening_names_no_answer(tmp_path: Path) -> None:
     """The sweep dir's lock is held from before screening writes anything: a second sweep into it (search.screen=off,
@@ -317,7 +300,7 @@ def test_a_second_sweep_into_a_dir_being_screened_is_refused_and_screening_names
     import re
     import time
 
-    from sweep_run import background_sweep, run_sweep
+    from support.sweep_run import background_sweep, run_sweep
 
     script, sweep_dir, out_file = tmp_path / "train.py", tmp_path / "sweep", tmp_path / "first.out"
     script.write_text(GATED)

@@ -77,7 +77,7 @@ def test_checked_reads_the_levels_in_the_users_order_and_resolves_the_margin() -
 
 
 def test_the_settings_and_the_plan_hold_frozen_specs(tmp_path: Path) -> None:
-    from test_readme import plan
+    from support.plans import plan
 
     made = plan(["+machine=cpu2", "trial.measure_steps=6"], tmp_path / "run")
     assert type(made.machine) is MachineConfig and type(made.trial) is TrialConfig  # the frozen schemas, not Hydra's twins
@@ -103,6 +103,7 @@ def test_only_the_edge_reads_the_composed_config() -> None:
     assert launcher_config == {"launch/backend.py"}
 
 
+@pytest.mark.e2e
 def test_a_single_trial_in_hydras_run_mode_reads_the_same_settings(tmp_path: Path) -> None:
     """`hydra.mode=RUN` (debugging one pair in this process, cli/main._task) goes through the same edge: a bad value is
     the same one line, and a good config runs its first valid pair."""

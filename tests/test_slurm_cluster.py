@@ -1,6 +1,6 @@
 """Smoke tests of the localhost Slurm cluster (tests/slurm/cluster.sh) and of
 submitit's SlurmExecutor against it. They need the `slurm_cluster` fixture from
-tests/slurm_cluster.py (imported by tests/conftest.py)."""
+tests/support/slurm_cluster.py (imported by tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import cloudpickle
 import pytest
 import submitit
-from slurm_cluster import wait_until
+from support.slurm_cluster import wait_until
 
 pytestmark = pytest.mark.slurm
 

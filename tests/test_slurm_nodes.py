@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from sweep_run import run_sweep
+from support.sweep_run import run_sweep
 
 pytestmark = pytest.mark.slurm
 
@@ -128,6 +128,7 @@ def test_each_node_has_its_own_hostname_loopback_and_hosts_file(slurm_nodes: Any
     assert socket.gethostname() not in slurm_nodes.multi_nodes  # the host was never renamed
 
 
+@pytest.mark.e2e
 def test_a_torchrun_ddp_command_over_two_nodes_screened_on_one_and_confirmed_on_both(slurm_nodes: Any, tmp_path: Path) -> None:
     """The preset launch line over 2 nodes x 2 ranks: screening runs one-rank trials on one node, then the leader is
     confirmed as a four-rank trial over both nodes; its figure is the ranks' own, and node 0 alone decided when it
@@ -169,6 +170,7 @@ def test_a_torchrun_ddp_command_over_two_nodes_screened_on_one_and_confirmed_on_
         assert "Connection closed by peer" not in (trial / "command-1.log").read_text()
 
 
+@pytest.mark.e2e
 def test_an_oom_or_a_crash_on_node_1_alone_is_filed_from_node_1_and_a_slower_node_1_sets_the_figure(slurm_nodes: Any, tmp_path: Path) -> None:
     """accum=1: rank 2 (node 1) runs out of memory in the joint; accum=2: rank 3 (node 1) crashes; accum=4: node 1's ranks
     are slower, and no rank waits for another. Node 0's own ranks only ever see broken connections."""
@@ -204,6 +206,7 @@ def test_an_oom_or_a_crash_on_node_1_alone_is_filed_from_node_1_and_a_slower_nod
     assert result["throughput"] == pytest.approx(pace[1], rel=0.15) and pace[1] < 0.75 * pace[0], (result["throughput"], pace)
 
 
+@pytest.mark.e2e
 def test_the_builtin_rnnt_over_two_nodes_names_the_rank_that_ran_out(slurm_nodes: Any, tmp_path: Path) -> None:
     """The built-in workload, one task per device over both nodes (gloo): the demo's budget puts accum=1 out of memory in the
     joint, on whichever rank runs out first; the record names that rank, its node and its log, which holds the traceback."""
@@ -304,6 +307,7 @@ def one_world_trial(cluster: Any, launch_styles: Any, style: str) -> tuple[Path,
     return sweep_dir, trial, result
 
 
+@pytest.mark.e2e
 def test_the_deepspeed_preset_line_over_two_nodes_is_one_world_measured_and_sized_on_both(slurm_nodes: Any, launch_styles: Any) -> None:
     """Each node's deepspeed launcher (--no_ssh, its node rank, node 0's host, the hostfile of both nodes) starts its two
     ranks of one four-rank world; the record's memory is the larger node's (node 1's ranks hold HEAVY_MIB each)."""
@@ -318,6 +322,7 @@ def test_the_deepspeed_preset_line_over_two_nodes_is_one_world_measured_and_size
     assert result["peak_mem_gib"] >= node1["peak_mem_gib"] and result["headroom"] <= node1["headroom"], (result, node1)
 
 
+@pytest.mark.e2e
 def test_a_slower_two_node_pair_is_stopped_by_the_decision_on_both_nodes(slurm_nodes: Any, launch_styles: Any) -> None:
     """accum=4 (2 s a step) cannot win once accum=1 has a figure: node 0 decided the stop for the decision's reason,
     node 1 stopped its ranks on node 0's word (its verdict `stopped`, that reason), and no rank's broken connection
@@ -336,6 +341,7 @@ def test_a_slower_two_node_pair_is_stopped_by_the_decision_on_both_nodes(slurm_n
     assert_node_1_obeyed(trial, result, reason)
 
 
+@pytest.mark.e2e
 def test_the_lightning_preset_style_over_two_nodes_is_one_world_from_lightnings_own_launcher(slurm_nodes: Any, launch_styles: Any) -> None:
     """trainer.devices={nproc_per_node} trainer.num_nodes={nodes} and the preset's env: Lightning, kept off its Slurm
     detection (SLURM_JOB_NAME), starts each node's two ranks itself from MASTER_ADDR and NODE_RANK."""
@@ -356,6 +362,7 @@ def assert_node_1_obeyed(trial: Path, result: dict[str, Any], reason: str) -> No
         assert "Connection closed by peer" not in log.read_text(), log
 
 
+@pytest.mark.e2e
 def test_racing_alone_stops_a_two_node_pair_no_ordering_rules_out(slurm_nodes: Any, launch_styles: Any) -> None:
     """accum=1 split=1 (2 s a step) has the bigger joint chunks, so no ordering says split=2 outranks it: only racing can
     stop it early, once its interval cannot reach split=2's. Node 0 decides, node 1 obeys."""
@@ -370,6 +377,7 @@ def test_racing_alone_stops_a_two_node_pair_no_ordering_rules_out(slurm_nodes: A
     assert_node_1_obeyed(trial, result, result["stopped_early"])
 
 
+@pytest.mark.e2e
 def test_the_time_limit_ends_a_two_node_trial_on_both_nodes(slurm_nodes: Any, launch_styles: Any) -> None:
     """A trial whose ranks never step has nothing racing or the decision can judge: trial.time_limit_s ends it, decided
     by node 0 and obeyed by node 1 (not node 1's own backstop, a minute later), filed as a timeout."""
@@ -382,6 +390,7 @@ def test_the_time_limit_ends_a_two_node_trial_on_both_nodes(slurm_nodes: Any, la
     assert_node_1_obeyed(trial, result, reason)
 
 
+@pytest.mark.e2e
 def test_more_ranks_than_devices_over_two_nodes_is_rejected_never_ok(launch_styles: Any) -> None:
     """`--nproc_per_node={num_devices}` beside `--nnodes={nodes}` starts 4 ranks on each node: 8 for machine.num_devices=4,
     each step training twice the global batch."""

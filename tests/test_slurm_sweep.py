@@ -24,9 +24,9 @@ from typing import Any
 
 import cloudpickle
 import pytest
-from sbatch_golden import CASES, compose_plan, golden_path, normalise, sbatch_text, update_requested, write_all
-from slurm_cluster import wait_until
-from sweep_run import TINY, background_sweep, run_sweep
+from support.sbatch_golden import CASES, compose_plan, golden_path, normalise, sbatch_text, update_requested, write_all
+from support.slurm_cluster import wait_until
+from support.sweep_run import TINY, background_sweep, run_sweep
 
 # The job-side functions below are unpickled in a fresh interpreter that cannot import
 # this module (tests/ is not on its sys.path): ship them by value.
@@ -57,7 +57,7 @@ def test_sbatch_script_matches_golden(name: str) -> None:
 
 def test_every_machine_profile_has_a_golden_script() -> None:
     profiles = {p.stem for p in CONF_MACHINES.glob("*.yaml")}
-    assert profiles <= set(CASES), f"add {sorted(profiles - set(CASES))} to CASES in tests/sbatch_golden.py"
+    assert profiles <= set(CASES), f"add {sorted(profiles - set(CASES))} to CASES in tests/support/sbatch_golden.py"
 
 
 def test_sbatch_script_runs_one_task_per_device_or_one_launcher_per_node() -> None:
@@ -177,6 +177,7 @@ def _release_requeued(job_id: str) -> None:
 # -- sweeps on the cluster -----------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 def test_sweep_on_slurm_runs_trials_in_parallel_and_ranks_them(slurm_cluster: Any, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "s"
@@ -214,6 +215,7 @@ def test_sweep_on_slurm_runs_trials_in_parallel_and_ranks_them(slurm_cluster: An
     assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), spans
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 def test_two_device_trial_is_one_job_with_a_rank_per_task(slurm_cluster: Any, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "s"
@@ -232,6 +234,7 @@ def test_two_device_trial_is_one_job_with_a_rank_per_task(slurm_cluster: Any, tm
         assert f"[rank {rank}] result ok:" in log
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 def test_scancel_and_time_limit_signal_end_their_trials_and_the_sweep_goes_on(slurm_cluster: Any, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "s"
@@ -260,6 +263,7 @@ def test_scancel_and_time_limit_signal_end_their_trials_and_the_sweep_goes_on(sl
     assert "accum=1 split=1: cancelled" in out and "accum=4 split=1: ok" in out
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 def test_preempted_or_requeued_trials_run_again_in_the_same_job(slurm_cluster: Any, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "s"
@@ -298,6 +302,7 @@ def test_preempted_or_requeued_trials_run_again_in_the_same_job(slurm_cluster: A
     assert _job_dirs(sweep_dir) == sorted([node_failed["job_id"], preempted["job_id"]])
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 def test_killed_sweep_reattaches_to_its_job_on_rerun(slurm_cluster: Any, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "s"
@@ -322,6 +327,7 @@ def test_killed_sweep_reattaches_to_its_job_on_rerun(slurm_cluster: Any, tmp_pat
     assert _job_dirs(sweep_dir) == [job["job_id"]]
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 def test_oom_trials_are_classified_by_phase(slurm_cluster: Any, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "s"
@@ -376,11 +382,12 @@ def test_job_that_leaves_no_record_is_classified_from_its_slurm_log(slurm_cluste
     assert read_result(tdir / ENDED_FILE).status == "oom" and not (tdir / RESULT_FILE).exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 def test_a_torchrun_command_trial_is_one_task_whose_launcher_starts_the_ranks(slurm_cluster: Any, tmp_path: Path) -> None:
     """Issue 29: a command trial on a 2-device profile is one Slurm task (one launcher per node); torchrun
     starts the 2 ranks, on the port the trial was given; the command runs where sweep was started."""
-    from test_command_workload import DDP_TRAINER
+    from support.scripts import DDP_TRAINER
 
     (tmp_path / "train.py").write_text(DDP_TRAINER)
     sweep_dir = tmp_path / "s"

@@ -1,12 +1,12 @@
 import pytest
 
 from sweep.core.space import (
-    SpaceError,
     default_accum_values,
     default_split_values,
     enumerate_candidates,
     make_candidate,
 )
+from sweep.errors import SpaceError
 
 
 @pytest.mark.parametrize(

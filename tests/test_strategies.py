@@ -1,4 +1,4 @@
-"""Search strategies on synthetic landscapes with known truth (tests/landscapes.py)."""
+"""Search strategies on synthetic landscapes with known truth (tests/support/landscapes.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from landscapes import LANDSCAPES, ContractError, Landscape, random_landscape, run_sweep
+from support.landscapes import LANDSCAPES, ContractError, Landscape, random_landscape, run_sweep
+from support.results import trial_result
 
 from sweep.core.implications import fit_implied, leader_key, may_outrun, no_faster_than, oom_implied, rank_order
 from sweep.core.scaling import scaling_report
@@ -26,12 +27,9 @@ def cand(accum: int, split: int):
 
 def result(accum: int, split: int, status: str = OK, phase: str | None = None, thr: float | None = None,
            gbs: int = GBS, devices: int = DEVICES, tight: bool = False):
-    c = make_candidate(accum, split, gbs, devices)
     if status == OK and thr is None:
         thr = 100.0
-    return TrialResult(
-        accum, split, c.per_device_batch, c.joint_batch, gbs, devices, status, oom_phase=phase, throughput=thr, tight=tight
-    )
+    return trial_result(accum, split, gbs=gbs, devices=devices, status=status, oom_phase=phase, throughput=thr, tight=tight)
 
 
 def leader_ratio(land: Landscape, results: dict[str, TrialResult]) -> float:

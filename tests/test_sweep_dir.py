@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,21 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sweep_run import sweep_process
-
-FAKE = Path(__file__).with_name("fake_train.py")
-COMMAND = [
-    "workload=command",
-    'workload.argv=["' + sys.executable + '","' + str(FAKE) + '","--accum={accum}","--split={split}",'
-    '"--global_batch_size={global_batch_size}"]',
-    "global_batch_size=16", "search=grid", "accum=1", "split=1", "trial.time_limit_s=60",
-]
-
-
-def sweep(cwd: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    env.pop("SWEEP_DEBUG", None)
-    return sweep_process(list(args), cwd, env, timeout)
+from support.sweep_dirs import COMMAND, interrupt_while_starting, sweep
 
 
 def tree(root: Path) -> list[str]:
@@ -48,11 +33,13 @@ def refused(proc: subprocess.CompletedProcess, *texts: str) -> None:
         assert text in lines[0], f"{text!r} missing; {where}"
 
 
+@pytest.mark.e2e
 def test_the_filesystem_root_is_refused(tmp_path):
     refused(sweep(tmp_path, "hydra.sweep.dir=/", *COMMAND), "hydra.sweep.dir=/ is the filesystem root")
     assert tree(tmp_path) == []
 
 
+@pytest.mark.e2e
 def test_a_dir_of_other_files_is_refused_and_left_as_it_was(tmp_path):
     """Its own trials.csv and recommendation.yaml used to be overwritten silently."""
     mine = tmp_path / "mine"
@@ -66,6 +53,7 @@ def test_a_dir_of_other_files_is_refused_and_left_as_it_was(tmp_path):
     assert tree(tmp_path) == ["mine", "mine/recommendation.yaml", "mine/trials.csv"]
 
 
+@pytest.mark.e2e
 def test_a_refused_gpu_profile_leaves_no_dated_dir(tmp_path):
     """issue 33: `+machine=a100x8` on a host without those GPUs left an empty outputs/<date> each time."""
     for _ in range(2):
@@ -73,6 +61,7 @@ def test_a_refused_gpu_profile_leaves_no_dated_dir(tmp_path):
     assert tree(tmp_path) == []
 
 
+@pytest.mark.e2e
 def test_a_users_file_named_latest_is_kept_and_the_link_follows_sweeps(tmp_path):
     out = tmp_path / "outputs"
     out.mkdir()
@@ -87,6 +76,7 @@ def test_a_users_file_named_latest_is_kept_and_the_link_follows_sweeps(tmp_path)
     assert os.readlink(out / "latest") == "run2"
 
 
+@pytest.mark.e2e
 def test_the_latest_link_as_the_sweep_dir_is_the_sweep_it_points_to(tmp_path):
     """It became a self-loop, then a FileExistsError traceback."""
     proc = sweep(tmp_path, "hydra.sweep.dir=outputs/run1", *COMMAND)
@@ -98,6 +88,7 @@ def test_the_latest_link_as_the_sweep_dir_is_the_sweep_it_points_to(tmp_path):
     assert sorted(p.name for p in (tmp_path / "outputs").iterdir()) == ["latest", "run1"]
 
 
+@pytest.mark.e2e
 def test_a_damaged_sweep_json_says_the_results_are_intact_and_how_to_reuse_them(tmp_path):
     proc = sweep(tmp_path, "hydra.sweep.dir=run 1", *COMMAND)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -107,32 +98,6 @@ def test_a_damaged_sweep_json_says_the_results_are_intact_and_how_to_reuse_them(
     # What it says works: the original command with that dir reuses the trial.
     proc = sweep(tmp_path, "hydra.sweep.dir=run 1", *COMMAND)
     assert proc.returncode == 0 and "reusing 1 finished trial(s)" in proc.stdout, proc.stdout + proc.stderr
-
-
-def interrupt_while_starting(cwd: Path, delay_s: float) -> subprocess.CompletedProcess:
-    """Start `python -m sweep`, and send Ctrl-C (to its process group, as a terminal does) `delay_s` after
-    sweep's own package is imported. Counted from there: a Ctrl-C inside Python's own start-up (its
-    site module, before any of sweep runs) is Python's to report. -X importtime says when that is."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    env.pop("SWEEP_DEBUG", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-m", "sweep", "hydra.sweep.dir=s", *COMMAND], cwd=cwd, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    seen = []
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        seen.append(line)
-        if line.rstrip().endswith("| sweep"):  # importtime's line for the package itself: sweep's code runs from here
-            break
-    time.sleep(delay_s)
-    # What the kernel says of the child's SIGINT as it is sent (blocked, ignored, caught), for a failure's message.
-    signal_state = _signal_lines(proc.pid)
-    os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    err = "".join(x for x in ("".join(seen) + err).splitlines(keepends=True) if not x.startswith("import time:"))
-    shutil.rmtree(cwd / "s", ignore_errors=True)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err + f"\n[signal state when sent: {signal_state}]")
 
 
 @contextlib.contextmanager
@@ -145,14 +110,7 @@ def sigint_ignored_in_children() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _signal_lines(pid: int) -> str:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError as e:
-        return f"unreadable: {e}"
-    return " ".join(line.replace("\t", "") for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd")))
-
-
+@pytest.mark.e2e
 @pytest.mark.parametrize("delay_s", [0.0, 0.1, 0.2, 0.3, 0.6])
 def test_ctrl_c_while_starting_up_prints_no_traceback(tmp_path, delay_s):
     """A Ctrl-C in sweep's first 0.3 s (imports, Hydra's composition) printed a KeyboardInterrupt traceback."""
@@ -163,6 +121,7 @@ def test_ctrl_c_while_starting_up_prints_no_traceback(tmp_path, delay_s):
     assert proc.returncode == -signal.SIGINT or "interrupted" in out + err, (out, err)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("orig_argv", "is_cli"),
     [
@@ -180,6 +139,7 @@ def test_only_the_cli_itself_exits_at_once_on_ctrl_c_while_starting(monkeypatch,
     assert startup.runs_as_the_cli() is is_cli
 
 
+@pytest.mark.e2e
 def test_a_sweep_started_with_sigint_ignored_keeps_it_ignored_and_sigterm_still_stops_it(tmp_path):
     """`python -m sweep &` from a script: the terminal's Ctrl-C belongs to the foreground job, as for Python itself."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "FAULT_DELAY_S": "30"}
@@ -203,6 +163,7 @@ def test_a_sweep_started_with_sigint_ignored_keeps_it_ignored_and_sigterm_still_
     assert "terminated:" in out and "Traceback" not in out, out
 
 
+@pytest.mark.e2e
 def test_a_sweep_json_that_is_a_fifo_does_not_hang_resume(tmp_path):
     d = tmp_path / "d"
     (d / "trials").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""tests/sweep_run.py's forked `python -m sweep` gives what a fresh interpreter gives: exit status, stdout,
+"""tests/support/sweep_run.py's forked `python -m sweep` gives what a fresh interpreter gives: exit status, stdout,
 stderr, working dir and environment, and a timeout like subprocess.run's; and so does its forked `python SCRIPT`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_run import background_sweep, forked_python, sweep_process
+from support.sweep_run import background_sweep, forked_python, sweep_process
 
 FAKE = Path(__file__).with_name("fake_train.py")
 COMMAND = ["workload=command", f'workload.argv=["{sys.executable}","{FAKE}","--accum={{accum}}","--split={{split}}",'
@@ -22,6 +22,7 @@ CASES = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", list(CASES))
 def test_forked_and_fresh_runs_agree(case, tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -35,6 +36,7 @@ def test_forked_and_fresh_runs_agree(case, tmp_path):
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", ["refused", "dry_run"])
 def test_a_background_sweep_writes_stdout_and_stderr_to_one_file_as_a_fresh_one_does(case, tmp_path):
     """background_sweep (tests that signal a running sweep): both streams in one file, as `2>&1` puts them."""
@@ -47,6 +49,7 @@ def test_a_background_sweep_writes_stdout_and_stderr_to_one_file_as_a_fresh_one_
     assert (tmp_path / "forked.out").read_text() == (tmp_path / "fresh.out").read_text() != ""
 
 
+@pytest.mark.e2e
 def test_the_forked_run_has_the_cwd_and_environment_it_was_given(tmp_path):
     # The sweep dir, relative to the given cwd, named from a variable of the given environment.
     env = {**os.environ, "SWEEP_RUN_TEST_DIR": "from_env"}
@@ -55,6 +58,7 @@ def test_the_forked_run_has_the_cwd_and_environment_it_was_given(tmp_path):
     assert (tmp_path / "from_env" / "trials" / "accum1_split1" / "result.json").is_file(), proc.stdout
 
 
+@pytest.mark.e2e
 def test_a_forked_run_past_its_timeout_is_killed_and_raises(tmp_path):
     script = tmp_path / "sleep.py"
     script.write_text("import time\ntime.sleep(60)\n")

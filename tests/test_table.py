@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.results import trial_result
 
-from sweep.analysis import report
+from sweep import report
 from sweep.analysis.api import load
 from sweep.core.memory_model import PeakPrediction
 from sweep.core.ranking import SweepMeta, build_table, table_csv
@@ -22,13 +23,10 @@ META = SweepMeta(sweep_id="t", machine="local", workload="command", global_batch
 
 
 def result(accum: int, split: int, status=OK, **kw) -> TrialResult:
-    per_dev = 16 // accum
-    base = dict(accum=accum, split=split, per_device_batch=per_dev, joint_batch=per_dev // split,
-                global_batch_size=16, num_devices=1, status=status)
+    base = {}
     if status == OK:
         base.update(throughput=100.0 * accum, throughput_low=90.0 * accum, throughput_high=110.0 * accum, steps_measured=12)
-    base.update(kw)
-    return TrialResult(**base)
+    return trial_result(accum, split, gbs=16, status=status, **{**base, **kw})
 
 
 def rows(results: list[TrialResult], splits=(1, 2), **kw):

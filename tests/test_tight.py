@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.results import trial_result
 
 from sweep.core.config import MachineConfig, TrialConfig, memory_margin
 from sweep.core.ranking import SweepMeta, confidence_view, recommendation, recommendation_line
@@ -47,11 +48,8 @@ META = SweepMeta(sweep_id="s", machine="h100x8", workload="rnnt", global_batch_s
 
 
 def result(accum: int, split: int, throughput: float, room: float, margin: float = 0.05) -> TrialResult:
-    return TrialResult(
-        accum=accum, split=split, per_device_batch=1024 // 8 // accum, joint_batch=1024 // 8 // accum // split,
-        global_batch_size=1024, num_devices=8, status=Status.OK, throughput=throughput,
-        throughput_low=throughput, throughput_high=throughput, headroom=room, tight=is_tight(True, room, margin),
-    )
+    return trial_result(accum, split, gbs=1024, devices=8, status=Status.OK, throughput=throughput, throughput_low=throughput,
+                        throughput_high=throughput, headroom=room, tight=is_tight(True, room, margin))
 
 
 def by_key(*results: TrialResult) -> dict[str, TrialResult]:
@@ -60,23 +58,23 @@ def by_key(*results: TrialResult) -> dict[str, TrialResult]:
 
 def test_a_faster_tight_pair_is_named_in_one_line_with_both_figures() -> None:
     rec = recommendation(META, by_key(result(2, 4, 170.6, 0.03), result(2, 2, 164.0, 0.20), result(1, 1, 120.0, 0.5)), 50, 0.05)
-    assert (rec["accum"], rec["split"], rec["tight"]) == (2, 2, False)
-    assert rec["memory_note"] == (
+    assert (rec.accum, rec.split, rec.tight) == (2, 2, False)
+    assert rec.memory_note == (
         "accum=2 split=4 is 4% faster (170.6 vs 164.0 samples/s) but leaves 3% headroom, below trial.memory_margin=0.05"
     )
     lines = recommendation_line(rec).splitlines()
-    assert lines[0].startswith("recommended accum=2 split=2:") and lines[1] == rec["memory_note"]
+    assert lines[0].startswith("recommended accum=2 split=2:") and lines[1] == rec.memory_note
 
 
 def test_when_every_ok_pair_is_tight_the_fastest_is_recommended_and_called_tight() -> None:
     rec = recommendation(META, by_key(result(2, 4, 170.6, 0.03), result(2, 2, 164.0, 0.01)), None, 0.05)
-    assert (rec["accum"], rec["split"], rec["tight"]) == (2, 4, True)
-    assert rec["memory_note"] == "accum=2 split=4 is tight: it leaves 3% headroom, below trial.memory_margin=0.05; every ok pair does"
+    assert (rec.accum, rec.split, rec.tight) == (2, 4, True)
+    assert rec.memory_note == "accum=2 split=4 is tight: it leaves 3% headroom, below trial.memory_margin=0.05; every ok pair does"
 
 
 def test_without_tight_pairs_the_fastest_wins_and_nothing_is_added() -> None:
     rec = recommendation(META, by_key(result(2, 4, 170.6, 0.30), result(2, 2, 164.0, 0.01)), None, 0.05)
-    assert (rec["accum"], rec["split"], rec["memory_note"]) == (2, 4, None)
+    assert (rec.accum, rec.split, rec.memory_note) == (2, 4, None)
     assert "\n" not in recommendation_line(rec)
 
 
@@ -90,15 +88,15 @@ def test_without_tight_pairs_the_fastest_wins_and_nothing_is_added() -> None:
 def test_the_speedup_baseline_is_the_smallest_split1_accum_that_is_not_tight(room_4_1, baseline) -> None:
     results = by_key(result(4, 1, 1000.0, room_4_1), result(8, 1, 700.0, 0.4), result(4, 2, 900.0, 0.2))
     rec = recommendation(META, results, None, 0.05)
-    assert (rec["baseline"]["accum"], rec["baseline"]["split"]) == baseline
-    best = results[f"accum{rec['accum']}_split{rec['split']}"]
-    assert rec["speedup"] == pytest.approx(best.throughput / results[f"accum{baseline[0]}_split1"].throughput, abs=1e-4)
+    assert (rec.baseline_accum, 1) == baseline
+    best = results[f"accum{rec.accum}_split{rec.split}"]
+    assert rec.speedup == pytest.approx(best.throughput / results[f"accum{baseline[0]}_split1"].throughput, abs=1e-4)
 
 
 def test_when_every_split1_pair_is_tight_the_smallest_accum_is_still_the_baseline() -> None:
     rec = recommendation(META, by_key(result(4, 1, 1000.0, 0.03), result(8, 1, 700.0, 0.02), result(4, 2, 900.0, 0.2)), None, 0.05)
-    assert (rec["accum"], rec["split"], rec["baseline"]["accum"]) == (4, 2, 4)
-    assert rec["speedup"] == pytest.approx(0.9)
+    assert (rec.accum, rec.split, rec.baseline_accum) == (4, 2, 4)
+    assert rec.speedup == pytest.approx(0.9)
 
 
 @pytest.mark.parametrize(
@@ -119,7 +117,7 @@ def test_the_confidence_is_scored_on_the_pair_recommended(rooms, as_oom) -> None
 
 def test_a_margin_of_zero_marks_nothing_tight_that_fits() -> None:
     rec = recommendation(META, by_key(result(2, 4, 170.6, 0.01, margin=0.0), result(2, 2, 164.0, 0.2, margin=0.0)), None, 0.0)
-    assert (rec["accum"], rec["split"], rec["tight"]) == (2, 4, False)
+    assert (rec.accum, rec.split, rec.tight) == (2, 4, False)
 
 
 # -- through a real sweep -----------------------------------------------------------------------
@@ -160,7 +158,7 @@ def test_the_margin_is_the_trials_own_else_its_devices_default(device, configure
 def test_the_plan_resolves_the_margin_before_the_fingerprint(tmp_path, overrides, margin, same_as) -> None:
     """A sweep records the margin it used, and one made with the default keeps the fingerprint of the
     same margin spelled out: a CUDA sweep dir from before the per-device default still resumes."""
-    from sbatch_golden import compose_plan
+    from support.sbatch_golden import compose_plan
 
     plan = compose_plan(overrides, str(tmp_path / "s"))
     assert plan.trial.memory_margin == margin

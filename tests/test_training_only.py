@@ -95,6 +95,7 @@ def test_a_caught_oom_names_the_step_the_probe_saw_it_in():
     assert late_oom_note(r) == "out of memory at step 7 (the probe's, from 0) after 7 steps had fitted: a late OOM"
 
 
+@pytest.mark.slow
 def test_slurms_task_count_counts_only_in_a_slurm_step_of_the_commands_own(tmp_path):
     """SLURM_NTASKS inherited from the sweep's own allocation (or the step its launcher ran in) is not the command's
     world size; one set by an `srun` inside the command (a step of its own) is."""
@@ -116,7 +117,7 @@ def test_slurms_task_count_counts_only_in_a_slurm_step_of_the_commands_own(tmp_p
 
 
 def _sweep(tmp_path: Path, name: str, argv_extra: str, *args: str, env: dict[str, str] | None = None):
-    from sweep_run import run_sweep
+    from support.sweep_run import run_sweep
 
     sweep_dir = tmp_path / name
     argv = (f'["{sys.executable}","{ATTACK}","--batch={{per_device_batch}}","--accum={{accum}}","--split={{split}}",'
@@ -132,6 +133,7 @@ def _figure(row: dict) -> float:
     return float(row["throughput_samples_per_s"] or "nan")
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_preparation_subprocess_stepping_an_optimizer_is_not_timed_as_the_training(tmp_path):
     """Before training, each trial runs a subprocess that steps an SGD optimizer 40 times (milliseconds each) and exits.
@@ -144,6 +146,7 @@ def test_a_preparation_subprocess_stepping_an_optimizer_is_not_timed_as_the_trai
     assert re.search(r"recommended accum=2 split=1", proc.stdout), proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_learning_rate_range_test_before_the_fit_is_not_timed_as_the_training(tmp_path):
     """Each trial first runs a range test (40 steps, the rate rising 1.3x a step, 4x faster than training), then restores
@@ -157,6 +160,7 @@ def test_a_learning_rate_range_test_before_the_fit_is_not_timed_as_the_training(
     assert re.search(r"recommended accum=1 split=1", proc.stdout), proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_slurm_ntasks_inherited_from_an_allocation_is_not_the_commands_world_size(tmp_path):
     """A sweep started inside a 4-task allocation: its one-process trainer inherits SLURM_NTASKS=4, which the probe read

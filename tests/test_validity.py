@@ -10,11 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.results import trial_result
 
 from sweep.core.confidence import confidence_score, unmeasured
 from sweep.core.schema import OK, OOM, REJECTED, OomPhase, Status, TrialResult
 from sweep.core.space import enumerate_candidates
-from sweep.core.stats import throughput_summary
 from sweep.core.steady import falling_trend_p, steady_steps, still_warming, transient_steps
 from sweep.core.validity import LOG_AGREEMENT, validated
 
@@ -24,13 +24,7 @@ STEADY = [0.0500, 0.0505, 0.0497, 0.0502, 0.0499, 0.0503, 0.0498, 0.0501]  # 128
 
 
 def ok(accum: int, split: int, times: list[float], num_devices: int = 1, **fields) -> TrialResult:
-    mid, low, high = throughput_summary(times, GBS)
-    pdb = GBS // (accum * num_devices)
-    return TrialResult(
-        accum=accum, split=split, per_device_batch=pdb, joint_batch=pdb // split, global_batch_size=GBS, num_devices=num_devices,
-        status=OK, step_times_s=list(times), steps_measured=len(times), throughput=mid, throughput_low=low, throughput_high=high,
-        measured_by="probe", **fields,
-    )
+    return trial_result(accum, split, gbs=GBS, devices=num_devices, times=times, steps_measured=len(times), measured_by="probe", **fields)
 
 
 # ---------------------------------------------------------------- steady state (pure)
@@ -256,7 +250,7 @@ def test_pairs_that_ran_to_their_own_end_on_a_step_or_two_never_score_80():
 
 
 def _sweep(tmp_path: Path, name: str, argv_extra: str, *args: str, timeout: float = 300):
-    from sweep_run import run_sweep
+    from support.sweep_run import run_sweep
 
     sweep_dir = tmp_path / name
     argv = (f'["{sys.executable}","{ATTACK}","--batch={{per_device_batch}}","--accum={{accum}}","--split={{split}}",'
@@ -268,6 +262,7 @@ def _sweep(tmp_path: Path, name: str, argv_extra: str, *args: str, timeout: floa
     return proc, rows, sweep_dir
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_cold_first_trial_is_run_again_and_the_true_best_recommended(tmp_path):
     """The issue's case 1: accum=2 split=1 is truly the fastest (256 samples/s), but it is the staircase's first pair
@@ -290,6 +285,7 @@ def test_a_cold_first_trial_is_run_again_and_the_true_best_recommended(tmp_path)
     assert "stopped provisionally after" in proc.stdout and "running it again in full" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_caught_oom_and_an_ignored_accumulation_are_never_the_answer(tmp_path):
     """Case 3: accum=1 catches a real allocation failure and carries on at half the batch (its figure was the
@@ -307,6 +303,7 @@ def test_a_caught_oom_and_an_ignored_accumulation_are_never_the_answer(tmp_path)
     assert re.search(r"recommended accum=4 split=1", proc.stdout), proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_per_micro_batch_log_figure_is_caught_by_the_probes_backward_passes(tmp_path):
     """Case 5: a trainer with its own parameter update (no torch.optim step, as Keras 3 and fastai's own optimizer)
@@ -340,6 +337,7 @@ def test_a_per_micro_batch_log_figure_is_caught_by_the_probes_backward_passes(tm
     assert re.search(r"recommended accum=1 split=1", proc.stdout), proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_an_own_update_after_every_micro_batch_is_caught_by_the_parameters_it_changes(tmp_path):
     """Issue 45's weaker signal under issue 43's checks: a trainer with its own update (no torch.optim step, so no
@@ -364,11 +362,12 @@ def test_an_own_update_after_every_micro_batch_is_caught_by_the_parameters_it_ch
     assert re.search(r"recommended accum=1 split=1", proc.stdout), proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_command_that_starts_more_ranks_than_devices_is_rejected(tmp_path):
     """Case 4: `torchrun --nproc_per_node=2` where machine.num_devices=1: each rank trains the per-device batch, so a
     step is twice the global batch. The ranks' own world size says so, and the figure is not counted."""
-    from sweep_run import run_sweep
+    from support.sweep_run import run_sweep
 
     sweep_dir = tmp_path / "ranks"
     argv = (f'["{sys.executable}","-m","torch.distributed.run","--nproc_per_node=2","--master_port={{master_port}}","{ATTACK}",'

@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.results import trial_result
 
 from sweep.core.confidence import confidence_score, leader_probability
 from sweep.core.implications import leader_key
 from sweep.core.measure import enough_measured
 from sweep.core.ranking import SweepMeta, build_table
-from sweep.core.schema import OK, TrialResult
+from sweep.core.schema import TrialResult
 from sweep.core.space import enumerate_candidates
 from sweep.core.stats import stall_note, throughput_summary
 from sweep.core.steady import steady_steps
@@ -39,13 +40,7 @@ def stalling(wall_speed: float, n: int, every: int = 3, factor: float = 4.2) -> 
 
 def ok(accum: int, times: list[float]) -> TrialResult:
     kept = steady_steps(times)  # as the trial processes do: leading warm-up out, the rest is the figure
-    mid, low, high = throughput_summary(kept, GBS)
-    pdb = GBS // accum
-    return TrialResult(
-        accum=accum, split=1, per_device_batch=pdb, joint_batch=pdb, global_batch_size=GBS, num_devices=1, status=OK,
-        step_times_s=kept, steps_measured=len(kept), throughput=mid, throughput_low=low, throughput_high=high,
-        measured_by="probe",
-    )
+    return trial_result(accum, gbs=GBS, times=kept, steps_measured=len(kept), measured_by="probe")
 
 
 def table_of(results: list[TrialResult]) -> str:
@@ -126,12 +121,13 @@ def test_a_one_off_hiccup_is_not_stalls_and_does_not_swing_the_answer():
 ATTACK = Path(__file__).parent / "attack_train.py"
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_sweep_does_not_recommend_the_pair_whose_fastest_median_step_hides_its_stalls(tmp_path):
     """accum=1's typical step runs at 1200 samples/s, the fastest, but every third of its steps takes 4.2x as long
     (580 samples/s over wall time); accum=2 and accum=4 train steadily at 867 and 907. The sweep must not recommend
     accum=1, and its row says it stalls."""
-    from sweep_run import run_sweep
+    from support.sweep_run import run_sweep
 
     sweep_dir = tmp_path / "stall"
     argv = (f'["{sys.executable}","{ATTACK}","--batch={{per_device_batch}}","--accum={{accum}}","--split={{split}}",'

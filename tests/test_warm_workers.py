@@ -11,13 +11,14 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from sweep_run import TINY, ForkedRun, background_sweep, run_sweep
-from test_gpu_groups import pretend_four_gpus, run_in_process
+from support.in_process import pretend_four_gpus, run_in_process
+from support.sweep_run import TINY, ForkedRun, background_sweep, run_sweep
+from support.waiting import wait_for
+from support.warm_workers import running_worker, states
 
 pytestmark = pytest.mark.e2e
 
@@ -26,33 +27,12 @@ def rows(sweep_dir: Path) -> dict[tuple[int, int], dict]:
     return {(int(r["accum"]), int(r["split"])): r for r in csv.DictReader((sweep_dir / "trials.csv").open())}
 
 
-def states(sweep_dir: Path) -> list[dict]:
-    return [{**json.loads(p.read_text()), "dir": p.parent.name} for p in sorted((sweep_dir / ".workers").glob("*/state.json"))]
-
-
 def start_sweep(args: list[str], cwd: Path) -> subprocess.Popen | ForkedRun:
     """`python -m sweep` in the background, its output in cwd/out.txt."""
     return background_sweep(args, cwd, {**os.environ, "PYTHONUNBUFFERED": "1"}, cwd / "out.txt")
 
 
-def wait_for(what, timeout_s: float = 120.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = what()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"not seen in {timeout_s} s")
-
-
-def running_worker(sweep_dir: Path) -> dict | None:
-    """A worker's state once its trial has timed a step (mid-trial)."""
-    for state in states(sweep_dir):
-        if state["state"] == "running" and (Path(state["trial_dir"]) / "progress.json").exists():
-            return state
-    return None
-
-
+@pytest.mark.slow
 def test_a_killed_worker_fails_its_trial_and_the_sweep_goes_on_in_a_fresh_one(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "s"
     proc = start_sweep([f"hydra.sweep.dir={sweep_dir}", *TINY, "search=grid", "accum=1,2", "split=1",
@@ -68,6 +48,7 @@ def test_a_killed_worker_fails_its_trial_and_the_sweep_goes_on_in_a_fresh_one(tm
     assert len({s["pid"] for s in states(sweep_dir)}) == 2  # the killed worker and its replacement
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["worker", "trial process"])
 def test_a_trial_killed_after_an_oom_in_its_worker_is_failed_by_its_own_lines_and_prunes_nothing(tmp_path: Path, victim: str) -> None:
     """The CPU demo's staircase (issue 43): its worker runs accum=2 split=1 (an encoder OOM, its traceback in the worker's log),
@@ -130,6 +111,7 @@ def test_a_trial_over_its_time_limit_ends_as_timeout_and_its_worker_with_it(tmp_
     assert not psutil.pid_exists(worker["pid"]) or psutil.Process(worker["pid"]).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_mid_trial_resumes_and_adopts_what_its_worker_finished(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "s"
     # 1200 steps (about 4 s on a quiet core): the resumed sweep still finds the killed sweep's trial running.
@@ -151,6 +133,7 @@ def test_a_sweep_killed_mid_trial_resumes_and_adopts_what_its_worker_finished(tm
     assert old["state"] == "retired" and old["why"] == "its orchestrator has ended" and old["trials"] == 1
 
 
+@pytest.mark.slow
 def test_on_gpus_each_device_group_gets_workers_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture) -> None:
     # torch reports 4 GPUs here only: in the workers the trials find no CUDA and fail, each a fatal error,

@@ -62,6 +62,7 @@ def worker_state(trial: WarmTrial) -> dict:
     return json.loads((trial.worker.dir / "state.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_trial_after_an_oom_in_a_warm_worker_records_what_a_fresh_process_records(tmp_path: Path) -> None:
     # The same pair twice in one worker: out of memory under a 4 MiB budget, then with room (peaks of tens
     # of MiB, far above the page-level scatter a tiny trial's peak shows); then in a fresh trial process.
@@ -92,6 +93,7 @@ def test_a_trial_after_an_oom_in_a_warm_worker_records_what_a_fresh_process_reco
     assert first.wall_s > 1.0
 
 
+@pytest.mark.slow
 def test_after_a_fatal_error_the_worker_retires_and_the_next_trial_gets_a_fresh_one(tmp_path: Path) -> None:
     pool = WarmPool(local_launcher(tmp_path), tmp_path, "cpu", BUILT_IN_WARM)
     try:
@@ -192,9 +194,9 @@ def test_only_built_in_one_device_local_trials_go_to_a_worker(tmp_path: Path) ->
     # A command's memory is the user's program's: that workload has no warm runner, so its sweep starts no pool.
     assert BUILT_IN_WARM is not None and get_workload("command").warm_runner is None
     built_in = spec(tmp_path, SMALL, 2, 2, 8, 2.0)
-    assert WarmPool.serves(built_in, "local")
-    assert not WarmPool.serves(replace(built_in, num_devices=2), "local")  # one task per rank, each its own process
-    assert not WarmPool.serves(built_in, "slurm")
+    assert WarmPool.serves(built_in, True)
+    assert not WarmPool.serves(replace(built_in, num_devices=2), True)  # one task per rank, each its own process
+    assert not WarmPool.serves(built_in, False)
 
 
 @pytest.mark.gpu

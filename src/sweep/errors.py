@@ -1,8 +1,8 @@
 """Every error sweep raises on purpose, in one module (tests/test_layout.py holds the code to it).
 
 `SweepError` is what a user can fix: `python -m sweep` prints it as one line and exits 2. The
-others keep the bases their callers catch them by (ValueError, say); the modules that raise
-them re-export them under their old names (`sweep.core.space.SpaceError`, `sweep.analysis.api.LoadError`).
+others keep the bases their callers catch them by (ValueError, say). Import them from here only
+(tests/test_layout.py checks): the modules that raise them no longer re-export them.
 This module imports nothing, so the pure core may import it.
 """
 

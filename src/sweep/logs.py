@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from sweep.errors import ThroughputError
 from sweep.errors import UsageError as _BadInput
 from sweep.parsers import PRESETS, ThroughputSummary, parser_settings, scan_file
 from sweep.parsers.formats import PARSER_TYPES, valid_types
-from sweep.parsers.throughput import IGNORED, ThroughputError
+from sweep.parsers.throughput import IGNORED
 
 BAD_INPUT = 2
 DISAGREE_FRACTION = 0.05  # log and probe medians further apart than this are flagged
@@ -194,8 +195,8 @@ def agreement(log: ThroughputSummary, probe: tuple[float, float, float]) -> str:
     gap = abs(log.value - value) / value
     if gap <= DISAGREE_FRACTION:
         return f"agree ({gap:.1%} apart; flagged above {DISAGREE_FRACTION:.0%})"
-    log_known = log.low is not None and log.high is not None and not log.interval_note
-    if log_known and low <= log.value <= high and log.low <= value <= log.high:
+    log_low, log_high = (None, None) if log.interval_note else (log.low, log.high)  # an interval the log's figures can back
+    if log_low is not None and log_high is not None and low <= log.value <= high and log_low <= value <= log_high:
         return (f"too noisy to tell ({gap:.1%} apart, but each median is inside the other's 95% interval: "
                 "run it again on a quieter machine)")
     return f"DISAGREE ({gap:.1%} apart; flagged above {DISAGREE_FRACTION:.0%})"

@@ -3,7 +3,10 @@
 # and optionally N more, each in namespaces of its own (nodes.sh).
 #
 #   cluster.sh install            apt-get install slurm-wlm, slurmdbd, munge,
-#                                 mariadb-server and iproute2 if any is missing (idempotent)
+#                                 mariadb-server and iproute2 if any is missing (idempotent;
+#                                 the only command that installs anything: the tests never
+#                                 run it unless SWEEP_TESTS_INSTALL_SLURM=1)
+#   cluster.sh missing            print the packages of that list not installed, one a line
 #   cluster.sh start  STATE_DIR [N]
 #                                 write configs under STATE_DIR, start munged,
 #                                 mariadbd, slurmdbd, slurmctld and slurmd, wait
@@ -18,6 +21,15 @@
 #   cluster.sh stop   STATE_DIR   cancel the cluster's jobs, then stop exactly the
 #                                 daemons that `start` recorded (TERM, then KILL)
 #   cluster.sh status STATE_DIR   show the recorded daemons and the node state
+#   cluster.sh stop-stale         stop every cluster whose owner has ended (below); `start`
+#                                 does this first
+#
+# With SLURM_TEST_OWNER_PID set (the tests set it to the pytest process that runs the session),
+# `start` records that process as the cluster's owner and registers STATE_DIR under
+# $SLURM_TEST_REGISTRY (default /tmp/sweep-slurm-clusters). A registered cluster whose owner
+# is gone was left by a run killed outright (SIGKILL, a lost machine): the next `start` on the
+# machine, or `stop-stale`, stops it. A cluster of a run still going, or one started by hand
+# (no owner), is never touched.
 #
 # Everything (configs, munge key, MariaDB datadir and socket, Slurm state,
 # spool, logs, pid files, the record of started PIDs) lives under STATE_DIR,
@@ -44,6 +56,7 @@ readonly START_TIMEOUT=${SLURM_TEST_START_TIMEOUT:-90}
 readonly STOP_TIMEOUT=20 # per daemon, before SIGKILL
 # Unix sockets (munge, MariaDB, slurmstepd) must fit in sun_path (108 bytes).
 readonly MAX_STATE_DIR_LEN=70
+readonly REGISTRY=${SLURM_TEST_REGISTRY:-${TMPDIR:-/tmp}/sweep-slurm-clusters}
 
 export PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # shellcheck source=nodes.sh
@@ -72,6 +85,11 @@ missing_packages() {
   for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
   done
+}
+
+cmd_missing() {
+  command -v dpkg-query >/dev/null || die "dpkg-query not found: only Debian/Ubuntu hosts are supported"
+  missing_packages
 }
 
 cmd_install() {
@@ -195,6 +213,51 @@ any_recorded_alive() {
     alive "$pid" "$st" && return 0
   done <"$PIDS_FILE"
   return 1
+}
+
+# ---------------------------------------------------------------- registry
+
+# registry_entry DIR: the file under $REGISTRY that names the cluster in DIR.
+registry_entry() { echo "$REGISTRY/$(printf '%s' "$1" | cksum | cut -d' ' -f1)"; }
+
+# register_owner: record SLURM_TEST_OWNER_PID (and its start time) as the owner of the cluster in
+# STATE_DIR, and name STATE_DIR in the registry. Without an owner, nothing (never stale).
+register_owner() {
+  local owner=${SLURM_TEST_OWNER_PID-} st
+  [[ -n $owner ]] || return 0
+  [[ $owner =~ ^[0-9]+$ ]] || die "SLURM_TEST_OWNER_PID=$owner is not a pid"
+  st=$(proc_start_time "$owner") || die "SLURM_TEST_OWNER_PID=$owner: no such process"
+  echo "$owner $st" >"$STATE_DIR/owner"
+  mkdir -p "$REGISTRY"
+  printf '%s\n' "$STATE_DIR" >"$(registry_entry "$STATE_DIR")"
+}
+
+# stale DIR: the cluster in DIR has an owner recorded and that process is gone.
+stale() {
+  local owner st
+  [[ -f $1/owner ]] || return 1
+  read -r owner st <"$1/owner" || return 1
+  ! alive "$owner" "$st"
+}
+
+# cmd_stop_stale: stop every registered cluster whose owner is gone; forget those with nothing left running.
+cmd_stop_stale() {
+  local entry dir rc=0
+  [[ -d $REGISTRY ]] || return 0
+  for entry in "$REGISTRY"/*; do
+    [[ -f $entry ]] || continue
+    dir=$(head -n1 "$entry")
+    if [[ ! -d $dir ]]; then
+      rm -f "$entry"
+    elif stale "$dir"; then
+      if ( set_state_dir "$dir"; any_recorded_alive ); then
+        say "stopping the stale cluster in $dir: the run that started it (pid $(cut -d' ' -f1 "$dir/owner")) is gone"
+        ( cmd_stop "$dir" ) || rc=1
+      fi
+      rm -f "$entry"
+    fi
+  done
+  return "$rc"
 }
 
 # ------------------------------------------------------------------- start
@@ -404,6 +467,8 @@ cmd_start() {
   [[ -z $mis ]] || die "packages missing: ${mis}(run: $0 install)"
   (( ${#STATE_DIR} <= MAX_STATE_DIR_LEN )) \
     || die "STATE_DIR path is ${#STATE_DIR} characters, the unix sockets under it need <= $MAX_STATE_DIR_LEN: $STATE_DIR"
+  # A cluster left by a run killed outright still holds munge's socket and its nodes' bridge: stop it first.
+  cmd_stop_stale || say "WARNING: a stale cluster did not stop cleanly (see above)"
   if any_recorded_alive; then
     die "a cluster recorded in $PIDS_FILE is still running; run: $0 stop $STATE_DIR"
   fi
@@ -418,6 +483,7 @@ cmd_start() {
   install -d -m 700 "$s/munge"
   install -d -m 755 "${MUNGE_SOCKET%/*}"
   : >"$PIDS_FILE"
+  register_owner
   export SLURM_CONF=$SLURM_CONF_FILE
   say "starting cluster $CLUSTER in $s (logs: $LOG_DIR)"
 
@@ -553,6 +619,7 @@ cmd_stop() {
   done < <(tac "$PIDS_FILE")
   nodes_down || rc=1
   mv -f "$PIDS_FILE" "$PIDS_FILE.stopped"
+  rm -f "$(registry_entry "$STATE_DIR")"
   return "$rc"
 }
 
@@ -577,10 +644,12 @@ main() {
   CMD=${1-}
   case $CMD in
     install) cmd_install ;;
+    missing) cmd_missing ;;
+    stop-stale) cmd_stop_stale ;;
     start) cmd_start "${2-}" "${3-}" ;;
     stop) cmd_stop "${2-}" ;;
     status) cmd_status "${2-}" ;;
-    *) die "usage: $PROG install | start STATE_DIR [N] | stop STATE_DIR | status STATE_DIR" ;;
+    *) die "usage: $PROG install | missing | start STATE_DIR [N] | stop STATE_DIR | status STATE_DIR | stop-stale" ;;
   esac
 }
 

@@ -69,7 +69,7 @@ import pandas as pd
 
 from sweep.core.ranking import TABLE_COLUMNS
 from sweep.core.schema import ALL_STATUSES, OOM_PHASES, SCHEMA_VERSION
-from sweep.errors import LoadError  # defined there; still importable from here
+from sweep.errors import LoadError
 
 TRIALS_CSV = "trials.csv"
 SWEEP_JSON = "sweep.json"

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.analysis.api import SCHEMA, Source, load
-from sweep.errors import IncomparableSweepsWarning, LoadError  # the warning: still importable from here
+from sweep.errors import IncomparableSweepsWarning, LoadError
 
 COMPARE_COLUMNS = [
     "accum",

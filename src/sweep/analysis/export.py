@@ -1,73 +1,59 @@
 """The recommendation in the forms users paste (pure).
 
-Every function takes the dict that ranking.recommendation() returns (the
-content of recommendation.yaml) and returns text: no I/O, no imports beyond
-the standard library.
+Every function takes the Recommendation that ranking.recommendation() returns
+(recommendation.yaml is its to_record(); Recommendation.from_record reads it back)
+and returns text: no I/O, no imports beyond the standard library and the core.
 """
 
 from __future__ import annotations
 
 import shlex
 import string
-from collections.abc import Mapping
-from typing import Any
 
-from sweep.core.ranking import cli_flags
+from sweep.core.ranking import Recommendation, cli_flags
 
 FORMS = ("flags", "yaml", "nemo", "slurm")
 
-# Placeholders: any key of the recommendation plus {flags}; see slurm_command.
+# Placeholders: any key of recommendation.yaml with a number or text value, plus {flags}; see slurm_command.
 DEFAULT_TRAIN_COMMAND = "python train.py --global_batch_size={global_batch_size} {flags}"
 
-_REQUIRED = ("accum", "split", "per_device_batch", "global_batch_size", "num_devices")
 
-
-def _check(rec: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def _check(rec: Recommendation | None) -> Recommendation:
     if rec is None:
         raise ValueError("no recommendation yet: no trial has run ok")
-    missing = [k for k in _REQUIRED if rec.get(k) is None]
-    if missing:
-        raise ValueError(f"recommendation lacks {', '.join(missing)}: not a recommendation.yaml written by sweep")
     return rec
 
 
-def _one_d(rec: Mapping[str, Any]) -> bool:
-    """A 1-D sweep (micro-batch x accumulation): the framework has no split, so none is written."""
-    return rec.get("splits_apply") is False
-
-
-def flags(rec: Mapping[str, Any] | None) -> str:
+def flags(rec: Recommendation | None) -> str:
     """The training command's own flags as the sweep wrote them (e.g. nanoGPT's `--batch_size=16
     --gradient_accumulation_steps=2`); for the Myrtle.ai script `--grad_accumulation_batches=N --batch_split_factor=M`."""
     rec = _check(rec)
-    if rec.get("flags"):
-        return str(rec["flags"])
-    return cli_flags(int(rec["accum"]), int(rec["split"]))
+    return rec.flags or cli_flags(rec.accum, rec.split)
 
 
-def yaml_snippet(rec: Mapping[str, Any] | None) -> str:
+def yaml_snippet(rec: Recommendation | None) -> str:
     """Config keys to paste into a YAML training config (ints only, so no YAML library needed)."""
     rec = _check(rec)
-    text = f"global_batch_size: {int(rec['global_batch_size'])}\ngrad_accumulation_batches: {int(rec['accum'])}\n"
-    if _one_d(rec):
-        return f"{text}per_device_batch_size: {int(rec['per_device_batch'])}\n"
-    return f"{text}batch_split_factor: {int(rec['split'])}\n"
+    text = f"global_batch_size: {rec.global_batch_size}\ngrad_accumulation_batches: {rec.accum}\n"
+    if not rec.splits_apply:  # a 1-D sweep (micro-batch x accumulation): the framework has no split, so none is written
+        return f"{text}per_device_batch_size: {rec.per_device_batch}\n"
+    return f"{text}batch_split_factor: {rec.split}\n"
 
 
-def nemo_overrides(rec: Mapping[str, Any] | None) -> str:
+def nemo_overrides(rec: Recommendation | None) -> str:
     """NeMo/Lightning-style overrides. NeMo has no batch-split knob, so split is not expressible here."""
     rec = _check(rec)
     return (
-        f"data.micro_batch_size={int(rec['per_device_batch'])} "
-        f"data.global_batch_size={int(rec['global_batch_size'])} "
-        f"trainer.accumulate_grad_batches={int(rec['accum'])}"
+        f"data.micro_batch_size={rec.per_device_batch} "
+        f"data.global_batch_size={rec.global_batch_size} "
+        f"trainer.accumulate_grad_batches={rec.accum}"
     )
 
 
-def train_command(rec: Mapping[str, Any] | None, template: str = DEFAULT_TRAIN_COMMAND) -> str:
+def train_command(rec: Recommendation | None, template: str = DEFAULT_TRAIN_COMMAND) -> str:
     """The training command with the recommendation filled into `template`'s {placeholders}."""
     rec = _check(rec)
-    values = {k: v for k, v in rec.items() if isinstance(v, (int, float, str))}
+    values = {k: v for k, v in rec.to_record().items() if isinstance(v, (int, float, str))}
     values["flags"] = flags(rec)
     names = [name for _, name, _, _ in string.Formatter().parse(template) if name]
     unknown = sorted(set(names) - set(values))
@@ -80,7 +66,7 @@ def train_command(rec: Mapping[str, Any] | None, template: str = DEFAULT_TRAIN_C
 
 
 def slurm_command(
-    rec: Mapping[str, Any] | None, *, nodes: int = 1, template: str = DEFAULT_TRAIN_COMMAND
+    rec: Recommendation | None, *, nodes: int = 1, template: str = DEFAULT_TRAIN_COMMAND
 ) -> str:
     """An `sbatch --wrap` line with one task per device, the devices spread evenly over `nodes`.
 
@@ -88,7 +74,7 @@ def slurm_command(
     the launcher the training script expects (e.g. `srun`) into the template.
     """
     rec = _check(rec)
-    devices = int(rec["num_devices"])
+    devices = rec.num_devices
     if nodes < 1 or devices % nodes:
         raise ValueError(f"nodes={nodes} does not divide num_devices={devices}: use a divisor of {devices}")
     per_node = devices // nodes
@@ -101,7 +87,7 @@ def slurm_command(
     )
 
 
-def render(form: str, rec: Mapping[str, Any] | None, *, nodes: int = 1, template: str = DEFAULT_TRAIN_COMMAND) -> str:
+def render(form: str, rec: Recommendation | None, *, nodes: int = 1, template: str = DEFAULT_TRAIN_COMMAND) -> str:
     """One export form by name (see FORMS), without a trailing newline."""
     if form == "flags":
         return flags(rec)
@@ -114,5 +100,5 @@ def render(form: str, rec: Mapping[str, Any] | None, *, nodes: int = 1, template
     raise ValueError(f"unknown export form {form!r}: expected one of {', '.join(FORMS)}")
 
 
-def all_forms(rec: Mapping[str, Any] | None, *, nodes: int = 1, template: str = DEFAULT_TRAIN_COMMAND) -> dict[str, str]:
+def all_forms(rec: Recommendation | None, *, nodes: int = 1, template: str = DEFAULT_TRAIN_COMMAND) -> dict[str, str]:
     return {form: render(form, rec, nodes=nodes, template=template) for form in FORMS}

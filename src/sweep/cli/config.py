@@ -36,7 +36,7 @@ def hydra_schema(schema: type) -> type:
     for f in dataclasses.fields(schema):
         kind: Any = hints[f.name]
         spec: dict[str, Any] = {"metadata": f.metadata}
-        if dataclasses.is_dataclass(kind):
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
             kind = hydra_schema(kind)
             spec["default_factory"] = kind
         elif f.default_factory is not dataclasses.MISSING:

@@ -142,6 +142,8 @@ Main options (KEY=VALUE; a sweep value is a,b,c):
   hydra/launcher=submitit_slurm   run the trials as Slurm jobs (hydra.launcher.partition=...)
   hydra.sweep.dir=DIR       where results go (default: outputs/<date_time>, outputs/latest links it)
   resume=DIR                rerun DIR's sweep there, reusing finished trials
+  detach=true               the search runs on in the background (this host): python -m sweep.status DIR watches it,
+                            python -m sweep.cancel DIR stops it
   dry_run=true              show the candidates; launch nothing
 
 Examples:
@@ -190,7 +192,8 @@ def _main(debug: bool) -> int:
     app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="sweep")(_task)
     try:
         sys.argv[1:] = machine_before_sweep(expand_resume(sys.argv[1:]))
-        app()
+        with entry.sweep_exit_status() as status:
+            app()
     except BrokenPipeError:
         # Output piped into `head` and closed: not an error worth a message.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -209,7 +212,7 @@ def _main(debug: bool) -> int:
             raise
         print(f"sweep: error: {one_line_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    return entry.exit_code
+    return status.code
 
 
 def user_fixable(exc: BaseException) -> bool:
@@ -226,7 +229,7 @@ def user_fixable(exc: BaseException) -> bool:
 def one_line_error(exc: BaseException) -> str:
     """Hydra and OmegaConf errors span several lines; users get the facts on one."""
     parts: list[str] = []
-    seen = exc
+    seen: BaseException | None = exc
     while seen is not None and len(parts) < 3:
         special = _yaml_or_override_error(seen)
         if special:

@@ -89,7 +89,7 @@ SHADOW = 0.44  # a slower measured pair in the same direction lies between it an
 GAIN_FULL = 0.23  # log gain per doubling at which the trend no longer lowers the prior
 GAIN_FLOOR = 0.02
 # Every constant above was fitted (then rounded to 2 decimals) by maximum likelihood of "the leader is
-# truly fastest" given the score, on the in-sample family alone (tests/landscapes.py random_landscape,
+# truly fastest" given the score, on the in-sample family alone (tests/support/landscapes.py random_landscape,
 # 1500 staircase and 1500 grid sweeps, seed 0). The roofline family (random_roofline_landscape) is a
 # held-out check: nothing was fitted on it. The structure (shared trade-off prior, the gain trend) was
 # chosen by the reasoning above after seeing that the previous model was off there in the 20-40 band.

@@ -159,6 +159,9 @@ class SweepConfig:
     resume: Optional[str] = None  # an earlier sweep dir: rerun its command there, reusing finished trials
     live: Optional[bool] = None  # live table; None: only when stdout is a terminal
     keep_jobs_on_interrupt: bool = False  # Ctrl-C leaves this sweep's running jobs alone (resume picks them up)
+    # The search goes on without the terminal (a process of its own session, its output in the sweep dir's
+    # search.log); `python -m sweep.status DIR` watches it and `python -m sweep.cancel DIR` stops it.
+    detach: bool = False
     # Built-in trials of one device on the local launcher run in a warm worker per device group, which pays
     # interpreter start, imports and the CUDA context once (launch/warm_pool.py); false: a fresh process per trial.
     warm_workers: bool = True

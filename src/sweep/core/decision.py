@@ -149,6 +149,32 @@ def _has_interval(r: TrialResult) -> bool:
     return bool(r.throughput_low and r.throughput_high and len(r.step_times_s) >= MIN_INTERVAL_STEPS)
 
 
+def race_leader(results: Mapping[str, TrialResult], excluding: str = "") -> TrialResult | None:
+    """Who leads a race, the one definition every stop asks (rule 2 here, racing alone in `losers`): the fastest
+    finished ok pair that is roomy (a tight or otherwise at-risk pair is not what the sweep recommends, so a pair that
+    cannot beat it may yet be the answer) and has a real 95% interval (a figure of fewer steps cannot be separated
+    from). The table's rank 1 (core/implications.leader_key) may differ: it ranks every ok pair."""
+    return next((r for r in ranked_ok(results) if r.key != excluding and not at_risk(r) and _has_interval(r)), None)
+
+
+def losers(running: Mapping[str, Sequence[float]], results: Mapping[str, TrialResult], global_batch_size: int) -> dict[str, str]:
+    """Racing alone (search.measure_to_decision=false): {key: reason} for each running trial (its timed steps so far)
+    whose 95% interval lies wholly below the race leader's."""
+    lead = race_leader(results)
+    if lead is None:
+        return {}
+    lead_interval = (float(lead.throughput_low or 0.0), float(lead.throughput_high or 0.0))
+    out = {}
+    for key, times in running.items():
+        steps = [t for t in times if t > 0]
+        if not steps:
+            continue
+        _, mine = _interval(steps, global_batch_size)
+        if cannot_win(mine, lead_interval, candidate_steps=len(steps), leader_steps=len(lead.step_times_s)):
+            out[key] = race_reason(mine, lead_interval, lead.key)
+    return out
+
+
 def _holds(outer: Interval, inner: Interval) -> bool:
     """Whether `outer` (a finished rival's interval) holds all of `inner`, with racing's margin on each side:
     then no narrowing of `inner` around a median inside it can clear `outer` either way (cannot_win)."""
@@ -265,10 +291,12 @@ def decision_stop(
             other_mid, other_iv = _interval(other_times, global_batch_size)
             rivals.append((other, other_iv, len(other_times)))
             medians[other] = other_mid
-    # 2. racing: below the finished leader (the best roomy pair with a real interval)
-    lead = next(((k, iv, s) for k, iv, s in rivals if k in results), None)
-    if lead is not None and cannot_win(mine, lead[1], candidate_steps=n, leader_steps=lead[2]):
-        return race_reason(mine, lead[1], lead[0])
+    # 2. racing: below the finished leader (race_leader)
+    lead = race_leader(results, excluding=key)
+    if lead is not None:
+        lead_interval = (float(lead.throughput_low or 0.0), float(lead.throughput_high or 0.0))
+        if cannot_win(mine, lead_interval, candidate_steps=n, leader_steps=len(lead.step_times_s)):
+            return race_reason(mine, lead_interval, lead.key)
     # 3. separated above every rival: the answer so far, already decided, once its fit is known
     if n < ahead_steps:
         return None

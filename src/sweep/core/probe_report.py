@@ -327,7 +327,7 @@ def compile_module_phase_patterns(patterns: Mapping[str, Sequence[str] | str] | 
     return compile_phase_regexes(DEFAULT_MODULE_PHASE_PATTERNS if patterns is None else patterns, "module phase patterns")
 
 
-def oom_phase_of(module_path: str, patterns: Mapping[str, Sequence[str] | str] | CompiledModulePatterns | None = None) -> str | None:
+def oom_phase_of(module_path: str, patterns: Mapping[str, Sequence[str] | str] | CompiledModulePatterns | None = None) -> OomPhase | None:
     """The OOM phase (encoder/joint/optimizer) a module path belongs to, or None if no pattern matches.
 
     Each regex is searched in one path component at a time, deepest first, so `joint.enc_proj` is the
@@ -340,5 +340,5 @@ def oom_phase_of(module_path: str, patterns: Mapping[str, Sequence[str] | str] |
     for candidate in [*reversed(parts), module_path]:
         for phase, regexes in compiled:
             if any(r.search(candidate) for r in regexes):
-                return phase
+                return OomPhase(phase)  # compile_phase_regexes let only OomPhase's names through
     return None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweep.errors import ResultError  # defined there; still importable from here
+from sweep.errors import ResultError
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"  # written by the trial only

@@ -14,8 +14,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypedDict
 
-from sweep.errors import SpaceError  # defined there; still importable from here
+from sweep.errors import SpaceError
+
+
+class PairNumbers(TypedDict):
+    """A pair's integers by name (Candidate.numbers, TrialSpec.numbers): a trial record's first fields, a template's values."""
+
+    accum: int  # grad_accumulation_batches
+    split: int  # batch_split_factor
+    per_device_batch: int  # global_batch_size / (accum * num_devices)
+    joint_batch: int  # per_device_batch / split
+    global_batch_size: int
+    num_devices: int
 
 
 @dataclass(frozen=True, order=True)
@@ -42,7 +54,7 @@ class Candidate:
         """accum * split: the seed's step 3 trades one for the other at constant product."""
         return self.accum * self.split
 
-    def numbers(self, global_batch_size: int, num_devices: int) -> dict[str, int]:
+    def numbers(self, global_batch_size: int, num_devices: int) -> PairNumbers:
         """The pair's integers by name, as a trial record (and TrialSpec.numbers) names them."""
         return {
             "accum": self.accum,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweep.core.config import MachineConfig, TrialConfig
-from sweep.core.space import Candidate
+from sweep.core.space import Candidate, PairNumbers
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class TrialSpec:
     def key(self) -> str:
         return f"accum{self.accum}_split{self.split}"
 
-    def numbers(self) -> dict[str, int]:
+    def numbers(self) -> PairNumbers:
         """The candidate's integers by name: what a command template may use, and a record's first fields."""
         pair = Candidate(self.accum, self.split, self.per_device_batch, self.joint_batch)
         return pair.numbers(self.global_batch_size, self.num_devices)

@@ -53,6 +53,10 @@ class _Base:
     """What every strategy shares: its candidates, the trial budget and the memory model's verdicts."""
 
     name = ""
+    # What the orchestration asks of a strategy, rather than its name:
+    starts_slowest = False  # its first fitting pair is the slow end of its search, so that pair may stop provisionally (core/decision rule 0)
+    uses_ordering = True  # it rules pairs out by the throughput ordering, so a screening trial outranked before its first step is cancelled
+    one_dimensional = False  # it walks the per-device batch alone: its summary is a scaling line, not a 2-D table
 
     def __init__(
         self,
@@ -123,6 +127,7 @@ class Grid(_Base):
     """
 
     name = "grid"
+    uses_ordering = False  # every valid pair is run: the first pair is the biggest micro-batch, as likely the answer as not
 
     def _plan(self, finished: Mapping[str, TrialResult]) -> list[Candidate]:
         return [c for c in self.candidates if c.key not in self._predicted]
@@ -175,6 +180,7 @@ class Staircase(_Base):
     """
 
     name = "staircase"
+    starts_slowest = True  # its first fitting pair is the biggest accumulation at split 1
 
     def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None, spare_retry: bool = False, **memory: Any) -> None:
         super().__init__(candidates, max_trials, **memory)
@@ -336,6 +342,8 @@ class Powers(_Base):
     """
 
     name = "powers"
+    starts_slowest = True  # its first fitting pair is the smallest micro-batch
+    one_dimensional = True
 
     def __init__(self, candidates: Sequence[Candidate], max_trials: int | None = None, **memory: Any) -> None:
         super().__init__(candidates, max_trials, **memory)
@@ -359,7 +367,12 @@ class Powers(_Base):
 
 # --- factory --------------------------------------------------------------------------------
 
-STRATEGIES: dict[str, type] = {"grid": Grid, "staircase": Staircase, "powers": Powers}
+STRATEGIES: dict[str, type[_Base]] = {cls.name: cls for cls in (Grid, Staircase, Powers)}
+
+
+def strategy_class(name: str) -> type[_Base]:
+    """The strategy class of search.name (validated at the edge: core/config.SEARCHES), for its traits."""
+    return STRATEGIES[name]
 
 
 def make_strategy(

@@ -1,12 +1,13 @@
 """The one sweep table model (pure): headers and typed rows, built once, rendered anywhere.
 
-`sweep_table(rows)` takes the table rows of `ranking.build_table` (one dict per candidate,
-the trials.csv columns, built from the TrialResults and the SweepMeta) or the records of
+`sweep_table(rows)` takes typed `Row`s, or what `table_rows` makes them from: the table rows of
+`ranking.build_table` (one dict per candidate, the trials.csv columns, built from the TrialResults and
+the SweepMeta; the orchestrator types them once and hands the display Rows) or the records of
 `sweep.load()`'s frame (missing values as None), and decides everything a reader sees:
 which columns, their headers (the throughput unit comes from the results), the cell text,
 the marks (`tight`, `early`, `stalls`, `retimed`), the notes on rows that did not run ok, and the lines under
 the table. Renderers only lay it out: `render_plain` here, rich on a terminal
-(orchestration/display.py), Markdown in the report (analysis/report.py).
+(orchestration/display.py), Markdown in the report (sweep/report.py).
 """
 
 from __future__ import annotations
@@ -162,6 +163,11 @@ def _opt(value: Any, kind: type) -> Any:
     return None if _missing(value) or value == "" else kind(value)
 
 
+def table_rows(rows: Iterable[Row | Mapping[str, Any]]) -> list[Row]:
+    """Typed rows: a Row as it is, a table dict (build_table) or a load() record through row_from_mapping."""
+    return [r if isinstance(r, Row) else row_from_mapping(r) for r in rows]
+
+
 def row_from_mapping(r: Mapping[str, Any]) -> Row:
     """A Row from a table dict (build_table) or a load() record; unknown/missing fields take defaults."""
     unit = r.get("throughput_unit")
@@ -222,18 +228,18 @@ def status_cell(r: Row) -> str:
 
 
 def sweep_table(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[Row | Mapping[str, Any]],
     *,
     show_split: bool | None = None,
     show_invalid: bool = False,
 ) -> SweepTable:
-    """The table for these rows (table dicts or load() records, in the order to show them).
+    """The table for these rows (Rows, table dicts or load() records, in the order to show them).
 
     show_split: False drops the split and joint columns (a 1-D sweep: the workload's splits do not
     apply); None decides from the rows (every candidate has split 1). show_invalid: list invalid and
     skipped rows (the dry run) instead of counting them under the table.
     """
-    typed = [row_from_mapping(r) for r in rows]
+    typed = table_rows(rows)
     if show_split is None:
         show_split = any(r.split != 1 for r in typed)
     shown = typed if show_invalid else [r for r in typed if r.status not in _COUNTED]
@@ -270,7 +276,7 @@ def sweep_table(
     if marks:
         columns.append(Column("mark", lambda r: " ".join(r.marks), right=False))
 
-    def pair(r: Any) -> str:
+    def pair(r: Row) -> str:
         return f"accum={r.accum} split={r.split}" if show_split else f"accum={r.accum}"
 
     notes = tuple(f"{pair(r)} {status_cell(r)}: {r.note}" for r in shown if r.note)

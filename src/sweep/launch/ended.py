@@ -14,8 +14,9 @@ from typing import Any
 
 import submitit
 
-from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, now_iso
+from sweep.core.schema import ENDED_FILE, RESULT_FILE, OomPhase, Status, TrialResult, now_iso
 from sweep.core.spec import TrialSpec
+from sweep.errors import ResultError
 from sweep.launch.backend import FINAL_STATE_WAIT_S, JOB_FILE, job_log, job_stderr, slurm_unfinished
 from sweep.launch.warm_pool import trial_end
 from sweep.parsers.classify import one_line
@@ -117,7 +118,7 @@ def _last_line(tail: str) -> str:
     return f"its last line: {one_line(lines[-1], 200)}" if lines else "it printed nothing"
 
 
-def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spec: TrialSpec, warm: dict[str, Any]) -> tuple[Status, str | None, str]:
+def _classify_ended(job: Any, log: str, *, timed_out: bool, cancelled: bool, spec: TrialSpec, warm: dict[str, Any]) -> tuple[Status, OomPhase | None, str]:
     offset = int(warm.get("stdout_from", 0))
     if offset:  # the lines before it are the warm worker's earlier trials'
         log = f"{log} from byte {offset}"

@@ -94,7 +94,8 @@ def _record_slurm_timeout(spec: TrialSpec, exc: BaseException) -> None:
 
     import submitit
 
-    from sweep.core.schema import RESULT_FILE, ResultError, Status, now_iso
+    from sweep.core.schema import RESULT_FILE, Status, now_iso
+    from sweep.errors import ResultError
     from sweep.records import read_result, write_result
 
     try:

@@ -148,10 +148,10 @@ class WarmPool:
         self.workers: list[Worker] = []
 
     @staticmethod
-    def serves(spec: Any, cluster: str) -> bool:
+    def serves(spec: Any, on_this_host: bool) -> bool:
         """Whether a warm worker may run this trial of a workload that has a warm runner (the pool's): a trial of one
-        task, launched on this host."""
-        return cluster == "local" and int(spec.num_devices) == 1
+        task, launched on this host (launch/clusters.Cluster.on_this_host)."""
+        return on_this_host and int(spec.num_devices) == 1
 
     def warm_group(self, groups: list[tuple[int, ...]]) -> int:
         """Which of the free device groups to give the next trial: the first whose worker is idle, so a host

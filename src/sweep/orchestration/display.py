@@ -6,12 +6,19 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TextIO
 
 from sweep.core.memory_model import counted_peak
-from sweep.core.table import SweepTable, render_plain, sweep_table
+from sweep.core.table import Row, SweepTable, render_plain, sweep_table, table_rows
 
 if TYPE_CHECKING:
+    from rich.console import Group
+    from rich.live import Live
+    from rich.table import Table
+
+    from sweep.core.drift import Drift
+    from sweep.core.ranking import Recommendation
     from sweep.core.schema import TrialResult
 
 # Row colours on a terminal, by status.
@@ -44,17 +51,17 @@ def fit_columns(table: SweepTable, width: int) -> SweepTable:
     return table
 
 
-def live_rows(rows: Sequence[Mapping[str, Any]], height: int) -> tuple[list[Mapping[str, Any]], str]:
+def live_rows(rows: Sequence[Row], height: int) -> tuple[list[Row], str]:
     """The rows the live view shows in `height` lines, finished first, and a line counting what it left out.
 
     Pending pairs are only counted. When finished and running rows are more than fit, running rows stay,
     and the lines left are shared between the fastest ok rows and the rows that did not run ok (OOMs show).
     """
-    shown = sorted((r for r in rows if str(r["status"]) in _LIVE_ORDER), key=lambda r: _LIVE_ORDER[str(r["status"])])
-    ok = [r for r in shown if r["status"] == "ok"]
-    not_ok = [r for r in shown if _LIVE_ORDER[str(r["status"])] == 1]
-    running = [r for r in shown if r["status"] == "running"]
-    pending = sum(r["status"] == "pending" for r in shown)
+    shown = sorted((r for r in rows if str(r.status) in _LIVE_ORDER), key=lambda r: _LIVE_ORDER[str(r.status)])
+    ok = [r for r in shown if r.status == "ok"]
+    not_ok = [r for r in shown if _LIVE_ORDER[str(r.status)] == 1]
+    running = [r for r in shown if r.status == "running"]
+    pending = sum(r.status == "pending" for r in shown)
     budget = max(2, height - len(running))
     if len(ok) + len(not_ok) > budget:
         n_not_ok = min(len(not_ok), max(budget // 2, budget - len(ok)))
@@ -68,7 +75,7 @@ def live_rows(rows: Sequence[Mapping[str, Any]], height: int) -> tuple[list[Mapp
     return ok + not_ok + running, ", ".join(more)
 
 
-def format_table(rows: Sequence[Mapping[str, Any]], with_reasons: bool = True, show_invalid: bool = False) -> str:
+def format_table(rows: Sequence[Row | Mapping[str, Any]], with_reasons: bool = True, show_invalid: bool = False) -> str:
     """The plain-text sweep table (core/table.py): ranked rows, why the others did not run ok, the legend.
 
     Invalid and skipped pairs (never launched) are only counted unless show_invalid: the dry run lists them.
@@ -76,7 +83,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], with_reasons: bool = True, s
     return render_plain(sweep_table(rows, show_invalid=show_invalid), with_notes=with_reasons)
 
 
-def rich_table(table: SweepTable, framed: bool = False) -> Any:
+def rich_table(table: SweepTable, framed: bool = False) -> Table:
     """The same model as a rich Table (a terminal); the caller prints notes and footer under it.
 
     framed: column rules (the report); the live view stays bare so it redraws compactly.
@@ -94,12 +101,12 @@ def rich_table(table: SweepTable, framed: bool = False) -> Any:
 class Display:
     """Plain lines (CI logs, pipes) or a rich live table (a terminal)."""
 
-    def __init__(self, live: bool | None = None, stream: Any = None) -> None:
+    def __init__(self, live: bool | None = None, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stdout
         self.live = self.stream.isatty() if live is None else live
         self.t0 = time.monotonic()
-        self._live: Any = None
-        self._rows: Sequence[Mapping[str, Any]] = []
+        self._live: Live | None = None
+        self._rows: Sequence[Row] = []
         self._progress = ""
 
     def __enter__(self) -> Display:
@@ -112,9 +119,9 @@ class Display:
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._live is not None:
-            self._live.__exit__(*exc)
+            self._live.__exit__(kind, exc, tb)
             self._live = None
 
     def log(self, message: str) -> None:
@@ -124,18 +131,18 @@ class Display:
         else:
             print(line, file=self.stream, flush=True)
 
-    def update(self, rows: Sequence[Mapping[str, Any]], progress: str) -> None:
+    def update(self, rows: Sequence[Row], progress: str) -> None:
         self._rows, self._progress = rows, progress
         if self._live is not None:
             self._live.update(self._render())
 
-    def _render(self) -> Any:
+    def _render(self) -> Group:
         # The live console's size; without one (not live: nothing is drawn) a wide view, the whole model.
         console = getattr(self, "_console", None)
         width, height = console.size if console is not None else (200, 50)
         return live_view(self._rows, self._progress, width, height)
 
-    def final(self, rows: Sequence[Mapping[str, Any]], summary: Sequence[str]) -> None:
+    def final(self, rows: Sequence[Row], summary: Sequence[str]) -> None:
         print(file=self.stream)
         print(format_table(rows), file=self.stream)
         print(file=self.stream)
@@ -144,7 +151,7 @@ class Display:
         self.stream.flush()
 
 
-def live_view(rows: Sequence[Mapping[str, Any]], progress: str, width: int, height: int) -> Any:
+def live_view(rows: Sequence[Row | Mapping[str, Any]], progress: str, width: int, height: int) -> Group:
     """What the live view draws on a width x height terminal: the table (finished first, columns that fit), the
     legend, what was left out, and the progress line. Log lines scroll above it, so it takes at most half the
     height (and never fewer than 8 lines)."""
@@ -153,14 +160,15 @@ def live_view(rows: Sequence[Mapping[str, Any]], progress: str, width: int, heig
     from rich.console import Console, Group
     from rich.text import Text
 
-    full = sweep_table(rows)
+    typed = table_rows(rows)
+    full = sweep_table(typed)
     lines = max(8, height // 2)
     legend = [Text(line, style="dim", overflow="fold") for line in full.legend]
     # As rich wraps them (at word boundaries: more lines than their length over the width).
     measure = Console(file=io.StringIO(), width=max(1, width))
     legend_lines = sum(len(text.wrap(measure, max(1, width))) for text in legend)
     body = lines - 2 - legend_lines - 1  # the header, the "more" line, the legend and the progress line
-    shown, more = live_rows(rows, body)
+    shown, more = live_rows(typed, body)
     table = fit_columns(sweep_table(shown, show_split="split" in full.headers), width)  # a split axis if the sweep has one
     tail = [Text(more, style="dim")] if more else []
     return Group(rich_table(table), *tail, *legend, Text(progress, style="bold"))
@@ -177,7 +185,8 @@ def landed_line(res: TrialResult) -> str:
     return f"{head}{phase}: {res.error}{log}"
 
 
-def summary_lines(results: dict[str, TrialResult], rec: Mapping[str, Any] | None, drift: Any, scaling: bool, answer: bool = True) -> list[str]:
+def summary_lines(results: dict[str, TrialResult], rec: Recommendation | None, drift: Drift | None, scaling: bool,
+                  answer: bool = True) -> list[str]:
     """The lines under the final table: the trials' statuses, the recommendation and its flags (not answer: none, as a
     screening sweep's rows only nominate pairs), the drift check's verdict, and for search=powers the scaling check."""
     from sweep.core.ranking import recommendation_line
@@ -188,11 +197,11 @@ def summary_lines(results: dict[str, TrialResult], rec: Mapping[str, Any] | None
     lines = ["trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
     if answer:
         lines.append(recommendation_line(rec))
-        lines += [f"flags: {rec['flags']}"] if rec is not None else []
+        lines += [f"flags: {rec.flags}"] if rec is not None else []
     if drift is not None:
         lines.append(drift.line())
-    if answer and rec is not None and rec.get("busy_host_note"):  # once, under the answer it qualifies
-        lines.append(rec["busy_host_note"])
+    if answer and rec is not None and rec.busy_host_note:  # once, under the answer it qualifies
+        lines.append(rec.busy_host_note)
     return lines + (scaling_lines(results) if scaling else [])
 
 

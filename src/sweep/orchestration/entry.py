@@ -6,12 +6,19 @@ where the plan asks for it (orchestration/screening.py).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from sweep import startup
+from sweep.orchestration.detach import detach_search
 from sweep.orchestration.orchestrator import Orchestrator
 from sweep.orchestration.plan import make_plan
 from sweep.orchestration.preflight import check_runnable_here, dry_run_text
+from sweep.orchestration.search_record import DETACHED_ENV, write_search_record
 from sweep.orchestration.settings import read_settings
 from sweep.orchestration.sweep_dir import (
     claim_fresh_dir,
@@ -23,13 +30,40 @@ from sweep.orchestration.sweep_dir import (
     sweep_lock,
 )
 
-# Hydra's entry point discards the Sweeper's return value; `python -m sweep` exits with this.
-exit_code = 0
+
+@dataclass
+class ExitStatus:
+    """What `python -m sweep` exits with: the status of the sweep run while it was open (0 where none ran)."""
+
+    code: int = 0
+
+
+# hydra.main discards the Sweeper's return value, so the status a sweep returns reaches `python -m sweep`
+# (cli/main.py) in the ExitStatus its call opened (sweep_exit_status); a caller that opened none drops it.
+_OPEN: ContextVar[ExitStatus | None] = ContextVar("sweep_exit_status", default=None)
+
+
+@contextmanager
+def sweep_exit_status() -> Iterator[ExitStatus]:
+    """An ExitStatus that a sweep run inside the block fills in with the status run_from_hydra returns."""
+    status = ExitStatus()
+    token = _OPEN.set(status)
+    try:
+        yield status
+    finally:
+        _OPEN.reset(token)
 
 
 def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25) -> int:
-    """Entry from the Hydra Sweeper: build the plan, then run it (or just show it)."""
-    global exit_code
+    """Entry from the Hydra Sweeper: build the plan, then run it (or just show it); the exit status."""
+    code = _run(cfg, arguments, poll_interval_s)
+    status = _OPEN.get()
+    if status is not None:
+        status.code = code
+    return code
+
+
+def _run(cfg: Any, arguments: list[str], poll_interval_s: float) -> int:
     settings = read_settings(cfg, arguments)  # the config checked once: nothing below reads cfg for a setting
     given = dir_given(cfg)
     sweep_dir = default_dir = sweep_dir_of(cfg)
@@ -39,8 +73,7 @@ def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25
     plan = make_plan(settings, sweep_dir)
     if plan.dry_run:
         print(dry_run_text(plan))
-        exit_code = 0
-        return exit_code
+        return 0
     check_runnable_here(plan)  # before any dir is made: a refusal writes nothing
     startup.over()  # a Ctrl-C from here on is the sweep's to clean up, not an instant exit
     with removed_if_refused(plan.sweep_dir if given else default_dir) as made:
@@ -54,14 +87,16 @@ def run_from_hydra(cfg: Any, arguments: list[str], poll_interval_s: float = 0.25
                 plan = make_plan(settings, claimed)
         # The dir's lock for the whole sweep, taken before its first write: screening writes sweep.json and
         # runs trials before the full sweep's orchestrator starts (it takes the lock again, re-entrant).
+        if plan.detach and os.environ.get(DETACHED_ENV) != "1":
+            # The dir is claimed; the search runs on without this terminal, and takes the dir's lock itself.
+            return detach_search(plan, arguments)
         with sweep_lock(plan.sweep_dir):
+            write_search_record(plan.sweep_dir)  # where the search runs, for python -m sweep.status and sweep.cancel
             strategy = None
             if plan.screen:  # one-rank screening first; the full trials then confirm its leaders
                 from sweep.orchestration.screening import run_screening
 
                 strategy, code = run_screening(plan, lambda sub: Orchestrator(sub, poll_interval_s=poll_interval_s))
                 if strategy is None:
-                    exit_code = code
-                    return exit_code
-            exit_code = Orchestrator(plan, poll_interval_s=poll_interval_s, strategy=strategy).run()
-    return exit_code
+                    return code
+            return Orchestrator(plan, poll_interval_s=poll_interval_s, strategy=strategy).run()

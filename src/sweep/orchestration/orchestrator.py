@@ -12,35 +12,36 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import shlex
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import yaml
 
 from sweep import workloads
 from sweep.core.config import run_to_run_noise
-from sweep.core.ranking import build_table, confidence_view, recommendation, recommendation_line, table_csv
+from sweep.core.drift import Drift
+from sweep.core.ranking import Recommendation, build_table, confidence_view, recommendation, recommendation_line, table_csv
 from sweep.core.run_to_run import BUSY_HOST_NOISE
 from sweep.core.schema import Status, TrialResult, trial_dir
 from sweep.core.space import Candidate
-from sweep.core.spec import TrialSpec
+from sweep.core.strategies import Strategy, make_strategy, strategy_class
+from sweep.core.table import Row, table_rows
 from sweep.core.validity import validated, validated_across_pairs
 from sweep.errors import SweepError
 from sweep.launch import backend as backends
-from sweep.launch.ended import ended_job_result, forget_ended
 from sweep.orchestration.display import Display, landed_line, summary_lines
 from sweep.orchestration.host_load import HostLoad, busy_host_note
 from sweep.orchestration.plan import META_FILE, SweepPlan, sweep_record
-from sweep.orchestration.preflight import local_cuda_devices
 from sweep.orchestration.racing import Predictions, Racing, plan_stop_steps
 from sweep.orchestration.remeasure import run_in_full
-from sweep.orchestration.stopping import Interrupted, StopSignals, silence_stdout
+from sweep.orchestration.signals import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import remove_stale_temp_files, sweep_lock
+from sweep.orchestration.trial_pool import Trial, TrialPool
 from sweep.records import atomic_write_text, collect_results, point_latest
 
 TABLE_FILE = "trials.csv"
@@ -50,21 +51,8 @@ INTERIM_CAP = 79  # the most the score says while trials are running (as core/co
 _CANNOT_WRITE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 
-@dataclass
-class InFlight:
-    cand: Candidate
-    job: Any
-    spec: TrialSpec
-    started: float
-    timed_out: bool = False
-    cancelled: bool = False
-    gpus: tuple[int, ...] | None = None  # the local device group this trial holds
-
-
 class Orchestrator:
-    def __init__(self, plan: SweepPlan, poll_interval_s: float = 0.25, display: Display | None = None, strategy: Any = None) -> None:
-        from sweep.core.strategies import make_strategy
-
+    def __init__(self, plan: SweepPlan, poll_interval_s: float = 0.25, display: Display | None = None, strategy: Strategy | None = None) -> None:
         self.plan = plan
         self.poll_interval_s = poll_interval_s
         self.display = display or Display(plan.live)
@@ -81,29 +69,29 @@ class Orchestrator:
         self.racing = Racing(plan.sweep_dir, plan.meta.global_batch_size, decision, plan_stop_steps(plan), run_to_run_noise(plan.machine))
         self.predictions = Predictions(plan.sweep_dir, plan.meta, self.by_key, plan.machine.memory_gib)
         self.results: dict[str, TrialResult] = {}
-        self.in_flight: dict[str, InFlight] = {}
-        self.last_rec: tuple[Any, ...] | None = None
-        self.drift: Any = None  # core/drift.Drift once the end-of-sweep re-timing has run
-        self.retimings: dict[str, Any] = {}  # the drift check's running re-timing jobs, by pair (orchestration/retime.py)
+        self.last_rec: tuple[int, int, int | None] | None = None  # the pair and score last logged
+        self.drift: Drift | None = None  # once the end-of-sweep re-timing has run
         self.drift_left: list[TrialResult] | None = None  # the pairs the drift check under way has still to re-time
         self.host_load = HostLoad(plan.sweep_dir)  # sampled while trials run: an oversubscribed CPU host scores noisier
         self.reused = 0  # finished trials found on start
-        self.executor: Any = None
-        self.pool: Any = None  # launch/warm_pool.WarmPool where plan.warm_workers and the launcher is local
-        self.cluster = backends.cluster_of(plan.launcher)
+        # Every job's life (submit, poll, time limit, stop, re-attach, its record): the search's trials, their re-runs in
+        # full, the drift check's re-timings and screening's cancels alike. The search loop stays here.
+        self.pool = TrialPool(plan, self.display.log)
         self.workload = workloads.get(plan.meta.workload)
         self._shown_live: dict[str, float] = {}
-        self.free_gpus: list[tuple[int, ...]] | None = None  # local CUDA only: device groups not in use
         self.stop = StopSignals()  # SIGINT/SIGTERM noted, acted on at the loop's safe points
         self.t0 = time.monotonic()
         # CPU spent before the loop (interpreter, imports, Hydra's composition, the plan), counted apart:
         # the loop's share of wall time is what the orchestrator takes from running trials.
         self.startup_cpu_s = time.process_time()
 
+    @property
+    def in_flight(self) -> Mapping[str, Trial]:
+        """The search's running trials, by pair key (the pool's)."""
+        return self.pool.running
+
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> int:
-        from sweep.orchestration.retime import end_retimings
-
         sweep_dir = self.plan.sweep_dir
         with sweep_lock(sweep_dir):  # held already where the sweep screens first (orchestration/entry.py)
             try:
@@ -113,17 +101,14 @@ class Orchestrator:
                 # there is intact; stop the trials (they cannot write either) and say how to go on.
                 if e.errno not in _CANNOT_WRITE:
                     raise
-                for f in self.in_flight.values():
-                    try:
-                        backends.cancel_job(f.job, self.cluster)
-                    except Exception:  # noqa: BLE001 - best effort: the error below is the news
-                        pass
-                retiming = " and the drift check's re-timing" if self.retimings else ""
-                end_retimings(self)  # a re-timing that outlived this sweep would hold its device while the next one runs
+                retiming = " and the drift check's re-timing" if self.pool.retimings else ""
+                running = len(self.in_flight)
+                # A re-timing that outlived this sweep would hold its device while the next one runs: ended too.
+                self.pool.cancel_all(quietly=True)
                 where = f" ({e.filename})" if e.filename else ""
                 raise SweepError(
                     f"cannot write the sweep dir {sweep_dir}: {e.strerror}{where}; finished results are kept and "
-                    f"{len(self.in_flight)} running trial(s){retiming} were stopped: free space (or make it writable), then resume with: "
+                    f"{running} running trial(s){retiming} were stopped: free space (or make it writable), then resume with: "
                     f"python -m sweep {shlex.quote(f'resume={sweep_dir}')}"
                 ) from None
             finally:
@@ -156,13 +141,7 @@ class Orchestrator:
     def _start(self) -> None:
         plan = self.plan
         self._load_finished()
-        self.executor = backends.make_executor(plan.launcher, plan.time_limit_s)
-        if plan.warm_workers and self.cluster == "local" and self.workload.warm_runner is not None:
-            from sweep.launch.warm_pool import WarmPool
-
-            self.pool = WarmPool(plan.launcher, plan.sweep_dir, plan.machine.device, self.workload.warm_runner)
-        if self.cluster == "local" and plan.machine.device == "cuda":
-            self.free_gpus = backends.gpu_groups(local_cuda_devices(), plan.meta.num_devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        self.pool.open(self.workload.warm_runner)
         self._reattach()
         from sweep.orchestration.retime import reattach_retimings
 
@@ -185,9 +164,7 @@ class Orchestrator:
             self._race()
             proposal = self.strategy.propose(self.results, set(self.in_flight))
             landed += self._update_predicted()
-            free = self.plan.max_in_flight - len(self.in_flight)
-            if self.free_gpus is not None:
-                free = min(free, len(self.free_gpus))
+            free = self.pool.slots()
             started = 0
             for cand in proposal.candidates:
                 if started >= free or self.stop.signal is not None:
@@ -213,52 +190,18 @@ class Orchestrator:
 
     # -- jobs ---------------------------------------------------------------------------------
     def submit(self, cand: Candidate) -> None:
-        """Start a trial of `cand` (in a warm worker where one serves it, else as a job of its own) and track it."""
-        from sweep.orchestration.retime import end_retimings
-
-        if self.retimings:  # an earlier run's re-timing would share this trial's device; the check re-times after the trials
-            end_retimings(self, why="trials run again first, and the drift check re-times after them")
-        tdir = trial_dir(self.plan.sweep_dir, cand.key)
-        tdir.mkdir(parents=True, exist_ok=True)
-        spec = self.plan.spec(cand, tdir)
-        forget_ended(tdir)  # an earlier job's end is no longer this trial's news
-        self.racing.forget(cand.key)  # nor an earlier run's stop request
-        warm = self.pool is not None and self.pool.serves(spec, self.cluster)
-        gpus = self.free_gpus.pop(self.pool.warm_group(self.free_gpus) if warm else 0) if self.free_gpus else None
-        if gpus is not None:
-            # LocalExecutor's documented parameters: the job's CUDA_VISIBLE_DEVICES is this group.
-            self.executor.update_parameters(visible_gpus=gpus, gpus_per_node=len(gpus))
-        if warm:
-            job, how = self.pool.submit(spec, gpus), "warm worker job"  # writes job.json before handing it over
-        else:
-            job, how = self.executor.submit(workloads.run_job, spec), "job"
-            backends.remember_job(tdir, job, self.cluster)
-        self.in_flight[cand.key] = InFlight(cand, job, spec, time.monotonic(), gpus=gpus)
-        self.display.log(f"started accum={cand.accum} split={cand.split} ({how} {job.job_id}, log {backends.job_log(job)})")
+        """Start a trial of `cand` (the pool's) with no stop request an earlier run left for it."""
+        self.racing.forget(cand.key)
+        self.pool.submit(cand, trial_dir(self.plan.sweep_dir, cand.key))
 
     def _retire_workers(self, wait: bool = False) -> None:
         """Warm workers exit once idle, a busy one (its trial left running on purpose) after its trial; wait: for the idle."""
-        if self.pool is not None:
-            self.pool.close(wait)
+        self.pool.close(wait)
 
     def _collect(self) -> int:
         landed = 0
-        now = time.monotonic()
-        for key, f in list(self.in_flight.items()):
-            # On Slurm, queueing time is not trial time: its own --time limit (timeout_min) applies there.
-            if self.cluster == "local" and not f.timed_out and now - f.started > self.plan.time_limit_s:
-                f.timed_out = True
-                backends.cancel_job(f.job, self.cluster)
-                self.display.log(f"accum={f.cand.accum} split={f.cand.split}: over trial.time_limit_s={self.plan.time_limit_s:g}, stopping it")
-            if not f.job.done():
-                continue
-            res = ended_job_result(
-                f.job, f.spec, trial_dir(self.plan.sweep_dir, key), timed_out=f.timed_out, cancelled=f.cancelled, wall_s=now - f.started
-            )
-            del self.in_flight[key]
-            if f.gpus is not None and self.free_gpus is not None:
-                self.free_gpus.append(f.gpus)
-            self.results[key] = res = validated(res)  # a record from before these checks, or a job that skipped them
+        for trial, res in self.pool.poll():
+            self.results[trial.key] = res = validated(res)  # a record from before these checks, or a job that skipped them
             landed += 1
             self.display.log(landed_line(res) + (f" (stopped early: {res.stopped_early})" if res.stopped_early else ""))
         self._judge_across_pairs()
@@ -283,15 +226,12 @@ class Orchestrator:
         remove_stale_temp_files(self.plan.sweep_dir, (TABLE_FILE, RECOMMENDATION_FILE, META_FILE), (backends.JOB_FILE,))
 
     def _reattach(self) -> None:
-        folder = str(self.plan.launcher["submitit_folder"])
         for cand in self.plan.candidates:
             if cand.key in self.results or not cand.valid:
                 continue
-            tdir = trial_dir(self.plan.sweep_dir, cand.key)
-            job = backends.reattach(tdir, folder)
-            if job is not None:
-                self.in_flight[cand.key] = InFlight(cand, job, self.plan.spec(cand, tdir), time.monotonic())
-                self.display.log(f"re-attached to running job {job.job_id} for accum={cand.accum} split={cand.split}")
+            trial = self.pool.reattach(cand, trial_dir(self.plan.sweep_dir, cand.key))
+            if trial is not None:
+                self.display.log(f"re-attached to running job {trial.job.job_id} for accum={cand.accum} split={cand.split}")
 
     # -- racing and the memory model (orchestration/racing.py) ---------------------------------
     def _race(self) -> None:
@@ -303,7 +243,7 @@ class Orchestrator:
         if self.plan.cancel_outranked:  # a screening sweep's trials not yet timing a step (orchestration/screening.py)
             from sweep.orchestration.screening import cancel_outranked
 
-            cancel_outranked(self)
+            cancel_outranked(self.pool, self.results, self.plan.sweep_dir)
 
     def _update_predicted(self) -> int:
         """Record and log the pairs the strategy will not launch on the memory model's word; how many changed."""
@@ -337,7 +277,7 @@ class Orchestrator:
         self._shown_live = live
         return changed and bool(live)
 
-    def _recommendation(self) -> dict[str, Any] | None:
+    def _recommendation(self) -> Recommendation | None:
         from sweep.core.confidence import confidence_score
         from sweep.core.drift import pooled, pooled_note
 
@@ -345,7 +285,7 @@ class Orchestrator:
         # its timings (core/drift.py): the answer and its score rest on every figure the sweep has of a pair.
         noise = self.drift.noise if self.drift is not None else run_to_run_noise(self.plan.machine)
         # Local trials only: on a cluster they share their nodes' CPUs, not this host's.
-        busy = busy_host_note(self.plan.machine, self.host_load, noise) if self.cluster == "local" else ""
+        busy = busy_host_note(self.plan.machine, self.host_load, noise) if self.pool.cluster.on_this_host else ""
         noise = max(noise, BUSY_HOST_NOISE) if busy else noise
         basis = pooled(self.results, self.drift)
         conf = confidence_score(self.plan.candidates, confidence_view(basis), predicted_oom=self.predictions.p_exceeds, run_to_run=noise)
@@ -357,23 +297,24 @@ class Orchestrator:
             conf = min(conf, INTERIM_CAP)
         rec = recommendation(self.plan.meta, basis, conf, self.plan.trial.memory_margin, noise)
         if rec is not None and self.drift is not None:
-            rec["drift"] = self.drift.record()
-            key = next(k for k, r in basis.items() if (r.accum, r.split) == (rec["accum"], rec["split"]))
-            rec["drift_note"] = pooled_note(self.results, basis, key, self.plan.meta.throughput_unit or "samples/s", self.drift)
+            key = next(k for k, r in basis.items() if (r.accum, r.split) == (rec.accum, rec.split))
+            note = pooled_note(self.results, basis, key, self.plan.meta.throughput_unit or "samples/s", self.drift)
+            rec = replace(rec, drift=self.drift.record(), drift_note=note)
         if rec is not None and busy:
-            rec["busy_host_note"] = busy
+            rec = replace(rec, busy_host_note=busy)
         self.host_load.save()
         return rec
 
-    def _publish(self, done: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    def _publish(self, done: bool = False) -> tuple[list[Row], Recommendation | None]:
         """Rewrite trials.csv (and recommendation.yaml), update the display; the rows and recommendation."""
-        rows = self._rows(done)
-        atomic_write_text(self.plan.sweep_dir / TABLE_FILE, table_csv(rows))
+        records = self._rows(done)
+        atomic_write_text(self.plan.sweep_dir / TABLE_FILE, table_csv(records))
+        rows = table_rows(records)  # typed once: the display reads attributes
         # A screening sweep's rows only nominate pairs for the full trials: no answer, shown or written, of its own.
         rec = None if self.plan.nominates_only else self._recommendation()
         if rec is not None:
-            atomic_write_text(self.plan.sweep_dir / RECOMMENDATION_FILE, yaml.safe_dump(rec, sort_keys=False))
-            marker = (rec["accum"], rec["split"], rec["confidence"])
+            atomic_write_text(self.plan.sweep_dir / RECOMMENDATION_FILE, yaml.safe_dump(rec.to_record(), sort_keys=False))
+            marker = (rec.accum, rec.split, rec.confidence)
             if marker != self.last_rec:
                 self.last_rec = marker
                 self.display.log(recommendation_line(rec))
@@ -383,7 +324,7 @@ class Orchestrator:
 
     def _write_meta(self, state: str) -> None:
         record = sweep_record(
-            self.plan, state=state, launcher=self.cluster, argv=sys.argv[1:],
+            self.plan, state=state, launcher=self.pool.cluster.name, argv=sys.argv[1:],
             orchestrator_cpu_s=time.process_time() - self.startup_cpu_s, startup_cpu_s=self.startup_cpu_s,
             wall_s=time.monotonic() - self.t0,
         )
@@ -394,22 +335,22 @@ class Orchestrator:
         self._write_meta("done")
         plan = self.plan
         # A screening sweep (nominates_only) says no answer of its own: the sweep's comes after its confirmations.
-        lines = summary_lines(self.results, rec, self.drift, plan.search == "powers", answer=not plan.nominates_only)
+        lines = summary_lines(self.results, rec, self.drift, strategy_class(plan.search).one_dimensional, answer=not plan.nominates_only)
         self.display.final(rows, [*lines, f"results: {plan.sweep_dir / TABLE_FILE}"])
         ran_ok = any(r.status == Status.OK for r in self.results.values())
         return 0 if rec is not None or (plan.nominates_only and ran_ok) else 1
 
     def _interrupted(self) -> int:
-        from sweep.orchestration.retime import cut_short, end_retimings
+        from sweep.orchestration.retime import cut_short
 
         keep = self.plan.keep_jobs_on_interrupt
         if self.drift_left is not None:  # stopped in the drift check: every trial had finished
             note = cut_short(self, keep)
         elif keep:
-            left = ", ".join(str(j.job_id) for j in [*(f.job for f in self.in_flight.values()), *self.retimings.values()])
+            left = ", ".join(self.pool.job_ids())
             note = f"left running: job(s) {left}" if left else "no trial was running"
         else:
-            end_retimings(self)  # an earlier run's, re-attached and not yet waited for
+            self.pool.end_retimings(hurry=lambda: self.stop.hurry)  # an earlier run's, re-attached and not yet waited for
             note = self._cancel_in_flight()
         self._publish_quietly()
         self._write_meta("interrupted")
@@ -419,9 +360,8 @@ class Orchestrator:
 
     def _cancel_in_flight(self) -> str:
         """Stop this sweep's own jobs (the ones it submitted and still tracks) and record how they ended."""
-        for f in self.in_flight.values():
-            f.cancelled = True
-            backends.cancel_job(f.job, self.cluster)
+        for key in list(self.in_flight):
+            self.pool.cancel(key)
         deadline = time.monotonic() + 10
         while self.in_flight and time.monotonic() < deadline and not self.stop.hurry:
             self._collect_quietly()

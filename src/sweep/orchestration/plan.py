@@ -41,6 +41,7 @@ class SweepPlan:
     dry_run: bool = False
     live: bool | None = None
     keep_jobs_on_interrupt: bool = False
+    detach: bool = False  # detach=true: the search runs in the background (orchestration/detach.py)
     warm_workers: bool = True  # warm_workers: built-in one-device local trials run in warm workers (launch/warm_pool.py)
     trust_memory_model: bool = True  # search.trust_memory_model: skip pairs the memory model predicts to OOM
     racing: bool = True  # search.racing: stop running trials that cannot beat the leader
@@ -113,6 +114,7 @@ def make_plan(settings: Settings, sweep_dir: Path) -> SweepPlan:
         dry_run=settings.dry_run,
         live=settings.live,
         keep_jobs_on_interrupt=settings.keep_jobs_on_interrupt,
+        detach=settings.detach,
         warm_workers=settings.warm_workers,
         trust_memory_model=search.trust_memory_model,
         racing=search.racing,
@@ -196,7 +198,7 @@ def check_same_settings(sweep_dir: Path, values: dict[str, Any], digest: str | N
     return stored
 
 
-def _command_of(argv: Any) -> list[str] | None:
+def _command_of(argv: object) -> list[str] | None:
     """A command line without where it writes (hydra.sweep.dir=, resume=): what it sweeps, and how."""
     if not isinstance(argv, list):
         return None

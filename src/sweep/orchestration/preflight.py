@@ -7,7 +7,7 @@ import sys
 from sweep import workloads
 from sweep.core.ranking import build_table
 from sweep.errors import SweepError
-from sweep.launch import backend as backends
+from sweep.launch.clusters import cluster_for
 from sweep.orchestration.display import format_table
 from sweep.orchestration.plan import SweepPlan
 
@@ -43,7 +43,7 @@ def memory_words(plan: SweepPlan) -> str:
 
 def check_runnable_here(plan: SweepPlan) -> None:
     """A local launch of a GPU profile on a host without those GPUs fails before anything starts."""
-    if backends.cluster_of(plan.launcher) != "local" or plan.machine.device != "cuda":
+    if not cluster_for(plan.launcher).on_this_host or plan.machine.device != "cuda":
         return
     have, need = local_cuda_devices(), plan.meta.num_devices
     if have < need:

@@ -22,57 +22,24 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sweep.core.config import TrialConfig
-from sweep.core.decision import FIT_KNOWN_STEPS, PROVISIONAL_STEPS, Running, ahead_after_steps, decision_stops
-from sweep.core.growth import at_risk
-from sweep.core.measure import STOP_FILE, cannot_win, race_reason
+from sweep.core.decision import FIT_KNOWN_STEPS, PROVISIONAL_STEPS, Running, ahead_after_steps, decision_stops, losers
+from sweep.core.measure import STOP_FILE
 from sweep.core.memory_model import PeakPrediction, predicted_oom_reason
-from sweep.core.ranking import ranked_ok
 from sweep.core.schema import Status, TrialResult, now_iso, trial_dir
 from sweep.core.space import Candidate
-from sweep.core.stats import throughput_summary
 from sweep.records import atomic_write_text, progress_step_times
 
+if TYPE_CHECKING:
+    from sweep.core.ranking import SweepMeta
+    from sweep.core.strategies import Strategy
+    from sweep.orchestration.plan import SweepPlan
+
 PREDICTED_FILE = "predicted_oom.json"
-
-
-def interval(step_times_s: list[float], global_batch_size: int) -> tuple[float, float]:
-    _, low, high = throughput_summary(step_times_s, global_batch_size)
-    return low, high
-
-
-def leader(results: Mapping[str, TrialResult]) -> TrialResult | None:
-    """The fastest finished ok trial with a real interval (a figure without step times cannot lead a race).
-
-    A tight pair never leads: it is not what the sweep recommends while a roomy pair may still
-    turn up, so a trial that cannot beat it may yet be the answer."""
-    for r in ranked_ok(results):
-        if r.throughput_low and r.throughput_high and r.step_times_s and not at_risk(r):
-            return r
-    return None
-
-
-def losers(
-    running: Iterable[str], results: Mapping[str, TrialResult], global_batch_size: int, step_times: Callable[[str], list[float]]
-) -> dict[str, str]:
-    """{key: reason} for the running trials that cannot beat the leader any more."""
-    lead = leader(results)
-    if lead is None:
-        return {}
-    lead_interval = (float(lead.throughput_low), float(lead.throughput_high))
-    out = {}
-    for key in running:
-        times = step_times(key)
-        if not times:
-            continue
-        candidate = interval(times, global_batch_size)
-        if cannot_win(candidate, lead_interval, candidate_steps=len(times), leader_steps=len(lead.step_times_s)):
-            out[key] = race_reason(candidate, lead_interval, lead.key)
-    return out
 
 
 class StopSteps(NamedTuple):
@@ -125,7 +92,7 @@ class Racing:
         """Tell each running trial that cannot win to stop; {key: reason} of those told now."""
         pending = [k for k in running if k not in self.told]
         if self.candidates is None:
-            stopped = losers(pending, results, self.global_batch_size, lambda k: progress_step_times(trial_dir(self.sweep_dir, k)))
+            stopped = losers({k: progress_step_times(trial_dir(self.sweep_dir, k)) for k in pending}, results, self.global_batch_size)
         else:
             # Every running trial is a rival of the others, told or not: each one's progress so far.
             now = {k: Running(self.candidates[k], progress_step_times(trial_dir(self.sweep_dir, k))) for k in running if k in self.candidates}
@@ -144,7 +111,7 @@ class Racing:
         return stopped
 
 
-def plan_stop_steps(plan: Any) -> StopSteps:
+def plan_stop_steps(plan: SweepPlan) -> StopSteps:
     """The plan's StopSteps: trial.measure_steps for a pair with no rival, the workload's stress step for a
     possible answer to stop ahead, tied or undecidable by its own steps (a screening row too: core/screening.py),
     and the search's first pair stopped provisionally where that pair is the slow end of the search (the
@@ -153,11 +120,13 @@ def plan_stop_steps(plan: Any) -> StopSteps:
     screened sweep's confirmations (plan.screen), whose first full trial is the screening leader: a provisional
     stop there would most often be run again."""
     ahead = plan_ahead_steps(plan.workload, plan.trial.warmup_steps)
-    provisional = 0 if plan.screen or plan.search == "grid" else PROVISIONAL_STEPS
+    from sweep.core.strategies import strategy_class
+
+    provisional = PROVISIONAL_STEPS if strategy_class(plan.search).starts_slowest and not plan.screen else 0
     return StopSteps(int(plan.trial.measure_steps), ahead, provisional, int(plan.trial.max_measure_steps))
 
 
-def plan_ahead_steps(workload: Any, warmup_steps: int) -> int:
+def plan_ahead_steps(workload: object, warmup_steps: int) -> int:
     """core/decision.ahead_after_steps for a plan's workload config: the built-in RNN-T's
     workload.stress_step where it has one; a command trial's (or a config without one) 0: none."""
     return ahead_after_steps(int(getattr(workload, "stress_step", 0) or 0), int(warmup_steps))
@@ -189,7 +158,7 @@ def drop_predicted(sweep_dir: Path, key: str) -> None:
 class Predictions:
     """The pairs skipped on the memory model's word, refitted whenever a result lands."""
 
-    def __init__(self, sweep_dir: Path, meta: Any, by_key: Mapping[str, Candidate], capacity_gib: float | None) -> None:
+    def __init__(self, sweep_dir: Path, meta: SweepMeta, by_key: Mapping[str, Candidate], capacity_gib: float | None) -> None:
         self.sweep_dir, self.meta, self.by_key = sweep_dir, meta, by_key
         # None: no budget was set (machine.memory_gib), so the strategy predicts nothing and nothing is compared with it.
         self.capacity_gib = float(capacity_gib) if capacity_gib is not None else math.inf
@@ -197,7 +166,7 @@ class Predictions:
         self.p_exceeds: dict[str, float] = {}  # their P(OOM), for the confidence score
         self._made_from: tuple[int, int] | None = None
 
-    def update(self, strategy: Any, results: Mapping[str, TrialResult], in_flight: int) -> list[str]:
+    def update(self, strategy: Strategy, results: Mapping[str, TrialResult], in_flight: int) -> list[str]:
         """Refit when the results changed; the log lines of what changed."""
         if self._made_from == (len(results), in_flight):
             return []

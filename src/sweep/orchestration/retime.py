@@ -5,27 +5,23 @@ A re-timing is a trial like any other (one job, its own result.json, the trial's
 reads it as one. How far the pairs moved, against machine.run_to_run_noise, is core/drift.py's call;
 the recommendation records both figures of each pair in its `drift` block.
 
-The check is part of the sweep's lifecycle: its jobs are the sweep's (held in orch.retimings, ended on every
+The check is part of the sweep's lifecycle: its jobs are the sweep's (held in the trial pool's retimings, ended on every
 way out, re-attached by a resume), a stop in it is an interrupt (exit 130, cut_short says what was cut), and
 a resume after any of those finishes the check it owes.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Collection
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from sweep.core.confidence import leader_probability
 from sweep.core.drift import Drift, Retimed, drift
 from sweep.core.growth import at_risk
 from sweep.core.ranking import ranked_ok
 from sweep.core.run_to_run import BUSY_HOST_NOISE, Repeat
-from sweep.core.schema import ENDED_FILE, RESULT_FILE, ResultError, Status, TrialResult, trial_dir
-from sweep.launch import backend as backends
-from sweep.orchestration.stopping import Interrupted
+from sweep.core.schema import ENDED_FILE, RESULT_FILE, Status, TrialResult, trial_dir
+from sweep.errors import ResultError
+from sweep.orchestration.signals import Interrupted
 from sweep.orchestration.sweep_state import SweepState
 from sweep.records import check_record_place, read_trial_record
 
@@ -58,23 +54,25 @@ def check_drift(orch: SweepState, assumed: float) -> Drift | None:
     earlier run's, on a resume) stands; one an earlier run left running (re-attached at start) is waited for;
     the rest are re-timed now: a resume after a kill, a Ctrl-C or a full disk in the check finishes it, and a
     resume of a finished sweep launches nothing. A stop signal (Ctrl-C) raises Interrupted, its re-timing under
-    way still held in orch.retimings for the orchestrator to end and name (cut_short).
+    way still held in the pool's retimings for the orchestrator to end and name (cut_short).
     """
     chosen = pairs_to_retime(orch.results)
     newest = _newest_record(orch.plan.sweep_dir, orch.results)
     # A re-attached re-timing is waited for even where its record is in already: its job is this sweep's to see end.
-    kept = {first.key: None if first.key in orch.retimings else _earlier(orch, first, newest) for first in chosen}
+    held = orch.pool.retimings
+    kept = {first.key: None if first.key in held else _earlier(orch, first, newest) for first in chosen}
     owed = [first for first in chosen if kept[first.key] is None]
     # A re-attached re-timing of a pair no longer the leader or runner-up measures nothing this check needs.
-    end_retimings(orch, keep={first.key for first in owed}, why="the drift check no longer re-times that pair")
+    orch.pool.end_retimings(keep={first.key for first in owed}, why="the drift check no longer re-times that pair",
+                            hurry=lambda: orch.stop.hurry)
     if owed:
-        names = " and ".join(f"accum={r.accum} split={r.split}" + (f" (re-attached job {orch.retimings[r.key].job_id})"
-                             if r.key in orch.retimings else "") for r in owed)
+        names = " and ".join(f"accum={r.accum} split={r.split}" + (f" (re-attached job {held[r.key].job.job_id})"
+                             if r.key in held else "") for r in owed)
         orch.display.log(f"drift check: re-timing {names} ({orch.plan.trial.measure_steps} timed steps each; search.drift_check=false skips it)")
     retimed = []
     orch.drift_left = list(owed)  # what a stop now cuts short (cut_short)
     for first in chosen:
-        again = kept[first.key] or _retime(orch, first, orch.retimings.get(first.key))
+        again = kept[first.key] or _retime(orch, first)
         if kept[first.key] is None:
             orch.drift_left.pop(0)
             if again.status != Status.OK or not again.throughput:
@@ -117,85 +115,47 @@ def _repeat(r: TrialResult) -> Repeat:
     return Repeat(float(r.throughput or 0.0), r.throughput_low, r.throughput_high)
 
 
-def _retime(orch: SweepState, first: TrialResult, job: Any = None) -> TrialResult:
-    """One brief re-run of the pair through the sweep's executor (or `job`, one an earlier run left running); its record.
+def _retime(orch: SweepState, first: TrialResult) -> TrialResult:
+    """One brief re-run of the pair through the sweep's trial pool (or the job an earlier run left running); its record.
 
-    The job is held in orch.retimings while it runs, so that every way out (a stop, a full disk) ends it."""
-    from sweep.launch.ended import ended_job_result, forget_ended
-    from sweep.workloads import run_job
-
+    The pool holds the job while it runs, so that every way out (a stop, a full disk) ends it."""
     if orch.stop.signal is not None:  # stopped between two re-timings: start no other
         raise Interrupted()
-    plan = orch.plan
-    cand = orch.by_key[first.key]
-    tdir = retime_dir(plan.sweep_dir, first.key)
-    brief = replace(plan.trial, max_measure_steps=plan.trial.measure_steps)
-    spec = replace(plan.spec(cand, tdir), trial=brief)
-    if job is None:
-        tdir.mkdir(parents=True, exist_ok=True)
+    if first.key not in orch.pool.retimings:
+        tdir = retime_dir(orch.plan.sweep_dir, first.key)
         # A re-timing is of now: an earlier run's record (a resumed sweep) is not this one's.
         (tdir / RESULT_FILE).unlink(missing_ok=True)
-        forget_ended(tdir)
-        gpus = orch.free_gpus[0] if orch.free_gpus else None
-        if gpus is not None:
-            orch.executor.update_parameters(visible_gpus=gpus, gpus_per_node=len(gpus))
-        job = orch.executor.submit(run_job, spec)
-        orch.retimings[first.key] = job  # before job.json: a stop or an error from here on ends it
-        backends.remember_job(tdir, job, orch.cluster)
-    started = time.monotonic()
-    timed_out = False
-    while not job.done():
-        if orch.stop.signal is not None:
-            raise Interrupted()
-        if not timed_out and orch.cluster == "local" and time.monotonic() - started > plan.time_limit_s:
-            timed_out = True
-            backends.cancel_job(job, orch.cluster)
-        time.sleep(orch.poll_interval_s)
-    del orch.retimings[first.key]
-    return ended_job_result(job, spec, tdir, timed_out=timed_out, cancelled=False, wall_s=time.monotonic() - started)
+        orch.pool.submit_retiming(orch.by_key[first.key], tdir)
+    again = orch.pool.wait_retiming(first.key, lambda: orch.stop.signal is not None, orch.poll_interval_s)
+    if again is None:
+        raise Interrupted()
+    return again
 
 
 def reattach_retimings(orch: SweepState) -> None:
-    """The re-timing jobs an earlier run of this sweep left running (killed in its drift check): held in orch.retimings,
-    where the drift check waits for them, a new trial's start ends them (they would share its device), and so does a stop."""
-    folder = str(orch.plan.launcher["submitit_folder"])
+    """The re-timing jobs an earlier run of this sweep left running (killed in its drift check): held in the pool's
+    retimings, where the drift check waits for them, a new trial's start ends them (they would share its device),
+    and so does a stop."""
     for key in sorted(orch.by_key):
-        tdir = retime_dir(orch.plan.sweep_dir, key)
-        job = backends.reattach(tdir, folder) if (tdir / backends.JOB_FILE).exists() else None
-        if job is not None:
-            orch.retimings[key] = job
-            cand = orch.by_key[key]
-            orch.display.log(f"re-attached to running re-timing job {job.job_id} for accum={cand.accum} split={cand.split} (an earlier run's drift check)")
-
-
-def end_retimings(orch: SweepState, keep: Collection[str] = (), why: str = "") -> bool:
-    """Stop the held re-timing jobs (but `keep`'s) and wait for them to end, up to 10 s or a second Ctrl-C; whether all did.
-    why: the log line's reason, for re-timings an earlier run left (none: a stop, which the stop line reports)."""
-    ending = {key: job for key, job in orch.retimings.items() if key not in keep}
-    for key, job in ending.items():
-        backends.cancel_job(job, orch.cluster)
-        if why:
-            cand = orch.by_key[key]
-            orch.display.log(f"ending re-timing job {job.job_id} of accum={cand.accum} split={cand.split}: {why}")
-    deadline = time.monotonic() + 10
-    while any(not job.done() for job in ending.values()) and time.monotonic() < deadline and not orch.stop.hurry:
-        time.sleep(0.1)
-    for key in ending:
-        del orch.retimings[key]
-    return all(job.done() for job in ending.values())
+        trial = orch.pool.reattach(orch.by_key[key], retime_dir(orch.plan.sweep_dir, key), retiming=True)
+        if trial is not None:
+            cand = trial.cand
+            orch.display.log(f"re-attached to running re-timing job {trial.job.job_id} for accum={cand.accum} split={cand.split} "
+                             f"(an earlier run's drift check)")
 
 
 def cut_short(orch: SweepState, left_running: bool) -> str:
     """What the stop line says when a stop came during the drift check: every trial had finished, the re-timing that
     was stopped (or left running), those not reached. The resume finishes the check (check_drift)."""
-    current = orch.drift_left[0] if orch.drift_left else None
-    job = orch.retimings.get(current.key) if current is not None else None
-    ended = left_running or end_retimings(orch)
+    left = list(orch.drift_left or [])
+    current = left[0] if left else None
+    held = orch.pool.retimings.get(current.key) if current is not None else None
+    ended = left_running or orch.pool.end_retimings(hurry=lambda: orch.stop.hurry)
     said = []
-    if job is not None:
-        what = f"left running: job {job.job_id}" if left_running else ("stopped" if ended else "told to stop")
-        said.append(f"re-timing of accum={current.accum} split={current.split} {what}")
-    rest = orch.drift_left[1:] if job is not None else orch.drift_left
+    if held is not None:
+        what = f"left running: job {held.job.job_id}" if left_running else ("stopped" if ended else "told to stop")
+        said.append(f"re-timing of accum={held.cand.accum} split={held.cand.split} {what}")
+    rest = left[1:] if held is not None else left
     if rest:
         said.append(" and ".join(f"accum={r.accum} split={r.split}" for r in rest) + " not re-timed yet")
     return f"the drift check was cut short after every trial finished ({', '.join(said) or 'its last re-timing had ended'})"

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sweep.core.fingerprint import fingerprint, fingerprint_values
 from sweep.core.memory_model import PeakPrediction
 from sweep.core.schema import TrialResult
 from sweep.core.screening import SCREENING_DIR, confirm_candidates, screening_batch
 from sweep.core.space import Candidate
-from sweep.core.strategies import Proposal
+from sweep.core.strategies import Proposal, strategy_class
 from sweep.orchestration.plan import SweepPlan, check_same_settings, new_sweep_id
+
+if TYPE_CHECKING:  # the pool imports the launch edge (submitit): only where a sweep runs
+    from sweep.orchestration.trial_pool import TrialPool
 
 
 def screening_plan(plan: SweepPlan) -> SweepPlan:
@@ -49,7 +53,7 @@ def screening_plan(plan: SweepPlan) -> SweepPlan:
         time_limit_s=float(trial.time_limit_s), fingerprint_values=values, fingerprint=fingerprint(values), screen=False,
         # Screening only ranks candidates for the full trials, which the drift check then re-times.
         drift_check=False,
-        cancel_outranked=plan.search != "grid",
+        cancel_outranked=strategy_class(plan.search).uses_ordering,
         nominates_only=True,
         started_at=str(stored.get("started_at") or plan.started_at),
     )
@@ -76,21 +80,19 @@ class Confirm:
         return {}  # the screening trials measured every pair's memory at this per-device batch
 
 
-def cancel_outranked(orchestrator: Any) -> None:
+def cancel_outranked(pool: TrialPool, results: Mapping[str, TrialResult], sweep_dir: Path) -> None:
     """Cancel the running screening trials that the ordering rules out before their first timed step."""
     from sweep.core.decision import cancel_reason
     from sweep.core.schema import trial_dir
-    from sweep.launch import backend as backends
     from sweep.records import progress_step_times
 
-    for key, f in orchestrator.in_flight.items():
-        if f.cancelled or progress_step_times(trial_dir(orchestrator.plan.sweep_dir, key)):
+    for key, trial in list(pool.running.items()):
+        if trial.cancelled or progress_step_times(trial_dir(sweep_dir, key)):
             continue
-        why = cancel_reason(f.cand, orchestrator.results)
+        why = cancel_reason(trial.cand, results)
         if why:
-            f.cancelled = True
-            backends.cancel_job(f.job, orchestrator.cluster)
-            orchestrator.display.log(f"accum={f.cand.accum} split={f.cand.split}: {why}")
+            pool.cancel(key)
+            pool.log(f"accum={trial.cand.accum} split={trial.cand.split}: {why}")
 
 
 def _record_the_sweep(plan: SweepPlan) -> None:
@@ -100,12 +102,12 @@ def _record_the_sweep(plan: SweepPlan) -> None:
     import json
     import sys
 
-    from sweep.launch.backend import cluster_of
+    from sweep.launch.clusters import cluster_for
     from sweep.orchestration.plan import META_FILE, sweep_record
     from sweep.records import atomic_write_text
 
     plan.sweep_dir.mkdir(parents=True, exist_ok=True)
-    record = sweep_record(plan, state="screening", launcher=cluster_of(plan.launcher), argv=sys.argv[1:], orchestrator_cpu_s=0.0,
+    record = sweep_record(plan, state="screening", launcher=cluster_for(plan.launcher).name, argv=sys.argv[1:], orchestrator_cpu_s=0.0,
                           startup_cpu_s=0.0, wall_s=0.0)
     atomic_write_text(plan.sweep_dir / META_FILE, json.dumps(record, indent=2) + "\n")
 

@@ -12,15 +12,19 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sweep import workloads
 from sweep.core.config import MachineConfig, SearchConfig, SweepConfig, TrialConfig, checked, machine_refusal, resolved_memory_gib
 from sweep.core.screening import screens
-from sweep.core.space import Candidate, SpaceError, enumerate_candidates
-from sweep.errors import SweepError
+from sweep.core.space import Candidate, enumerate_candidates
+from sweep.errors import SpaceError, SweepError
 from sweep.resources import config_options
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+T = TypeVar("T")
 SWEEPABLE = ("accum", "split")
 _YAML_SWITCHES = {True: "on", False: "off", "True": "on", "False": "off"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -46,15 +50,15 @@ class Settings:
     dry_run: bool
     live: bool | None
     keep_jobs_on_interrupt: bool
+    detach: bool  # the search runs in the background (orchestration/detach.py)
     warm_workers: bool
     arguments: tuple[str, ...]  # the multirun overrides as given (sweep.json records them)
 
 
-def read_settings(cfg: Any, arguments: Sequence[str]) -> Settings:
+def read_settings(cfg: DictConfig, arguments: Sequence[str]) -> Settings:
     """cfg: the composed config (DictConfig) without the sweep overrides; arguments: the command line's overrides."""
-    from omegaconf import OmegaConf
-
-    from sweep.launch.backend import check_task_layout, cluster_of
+    from sweep.launch.backend import check_task_layout
+    from sweep.launch.clusters import cluster_for
 
     swept = swept_knobs(arguments)
     check_no_schema_choice(cfg)
@@ -64,14 +68,12 @@ def read_settings(cfg: Any, arguments: Sequence[str]) -> Settings:
     # The machine before the launcher: its layout is derived from the machine (${sweep_div:num_devices,nodes}), so
     # machine.nodes=0 would otherwise surface as a ZeroDivisionError inside that interpolation, not as the key it is.
     _refuse(machine_refusal(machine))
-    launcher = OmegaConf.to_container(launcher_node(cfg), resolve=True)
-    assert isinstance(launcher, dict)
+    launcher = _plain_dict(launcher_node(cfg))
     check_launcher_text(launcher)
     # The demo's emulated budget is the built-in workload's alone: a command sweep has none it did not ask for.
     machine = replace(machine, memory_gib=resolved_memory_gib(machine.memory_gib, machine.device, builtin_demo=kind.name == "rnnt"))
-    as_configured = _typed(cfg.workload, kind.schema)
-    search_node = OmegaConf.to_container(cfg.search, resolve=True)
-    assert isinstance(search_node, dict)
+    as_configured: object = _typed(cfg.workload, kind.schema)  # the workload's own config dataclass
+    search_node = _plain_dict(cfg.search)
     search = SearchConfig(**{**search_node, "screen": screen_word(search_node.get("screen", "auto"))})
     top = SimpleNamespace(global_batch_size=cfg.global_batch_size, max_in_flight=cfg.max_in_flight)
     try:
@@ -87,7 +89,7 @@ def read_settings(cfg: Any, arguments: Sequence[str]) -> Settings:
     # What only this host knows (the start directory) goes into the plan; the fingerprint keeps the configured value,
     # so a sweep resumed from another directory is still the same sweep.
     workload = kind.at_edge(as_configured)
-    kind.validate(workload, workloads.CheckContext(local_launch=cluster_of(launcher) == "local", dry_run=dry_run, device=machine.device,
+    kind.validate(workload, workloads.CheckContext(local_launch=cluster_for(launcher).on_this_host, dry_run=dry_run, device=machine.device,
                                                     nodes=int(machine.nodes or 1)))
     splits_apply = kind.splits_apply(workload)
     if not splits_apply:
@@ -119,17 +121,31 @@ def read_settings(cfg: Any, arguments: Sequence[str]) -> Settings:
         dry_run=dry_run,
         live=cfg.live,
         keep_jobs_on_interrupt=bool(cfg.keep_jobs_on_interrupt),
+        detach=_detach(bool(cfg.detach), launcher),
         warm_workers=bool(cfg.warm_workers),
         arguments=tuple(arguments),
     )
 
 
+def _detach(detach: bool, launcher: Mapping[str, Any]) -> bool:
+    """detach=true where the search can run on without the terminal: on this host (a process of its own session).
+    A Slurm sweep's search cannot be submitted as a job of its own yet: one line saying what to do instead."""
+    from sweep.launch.clusters import cluster_for
+
+    if detach and not cluster_for(dict(launcher)).on_this_host:
+        raise SweepError(
+            "detach=true is not supported with hydra/launcher=submitit_slurm yet: the search would run on this login node; "
+            "run `python -m sweep ...` inside an sbatch job (CPU only, a long --time) or tmux, and watch it with python -m sweep.status DIR"
+        )
+    return detach
+
+
 def check_nodes_reachable(machine: MachineConfig, launcher: Mapping[str, Any]) -> None:
     """A trial over several nodes needs a launcher that reaches them: the local one runs every task on this host, where
     submitit's local executor fails at the first trial (its own traceback), so it is refused here, dry run included."""
-    from sweep.launch.backend import cluster_of
+    from sweep.launch.clusters import cluster_for
 
-    if machine.nodes > 1 and cluster_of(dict(launcher)) == "local":
+    if machine.nodes > 1 and not cluster_for(dict(launcher)).spans_nodes:
         raise SweepError(
             f"machine.nodes={machine.nodes} is not valid with the local launcher (hydra/launcher=submitit_local runs every "
             f"trial on this one host): run it on Slurm with hydra/launcher=submitit_slurm, or set machine.nodes=1"
@@ -163,13 +179,18 @@ def _refuse(why: str | None) -> None:
         raise SweepError(why)
 
 
-def _typed(node: Any, schema: type) -> Any:
+def _typed(node: Any, schema: type[T]) -> T:
     """A composed node (Hydra composes a mutable twin, cli/config.hydra_schema) as its frozen schema's instance."""
+    return schema(**_plain_dict(node))
+
+
+def _plain_dict(node: Any) -> dict[str, Any]:
+    """A composed mapping node as a plain dict, its interpolations resolved; its keys are the YAML's, strings."""
     from omegaconf import OmegaConf
 
     data = OmegaConf.to_container(node, resolve=True)
     assert isinstance(data, dict)
-    return schema(**data)
+    return cast("dict[str, Any]", data)
 
 
 def _plain(value: Any) -> Any:
@@ -213,7 +234,7 @@ def knob_values(name: str, swept: Mapping[str, list[Any]], configured: Any) -> l
     return [configured]
 
 
-def check_no_schema_choice(cfg: Any) -> None:
+def check_no_schema_choice(cfg: DictConfig) -> None:
     """The typed schemas share the config groups with the YAML options (search=search_schema
     composes), but they are not choices: search_schema would silently run a grid."""
     try:
@@ -225,7 +246,7 @@ def check_no_schema_choice(cfg: Any) -> None:
             raise SweepError(f"{group}={choice} is not a valid {group}: it is the typed schema {group} options build on; choose one of {', '.join(config_options(group))}")
 
 
-def launcher_node(cfg: Any) -> Any:
+def launcher_node(cfg: DictConfig) -> DictConfig:
     """hydra.launcher: in the Sweeper's config, or (hydra.mode=RUN) from Hydra's global state."""
     if "hydra" in cfg:
         return cfg.hydra.launcher
@@ -234,7 +255,7 @@ def launcher_node(cfg: Any) -> Any:
     return HydraConfig.get().launcher
 
 
-def check_launcher_text(value: Any, key: str = "hydra.launcher") -> None:
+def check_launcher_text(value: object, key: str = "hydra.launcher") -> None:
     """Refuse a control character in any launcher string: submitit writes them into the sbatch
     script line by line, so "gpu\ntouch /tmp/x #" as a partition would be a shell line of its own."""
     if isinstance(value, dict):
@@ -251,7 +272,7 @@ def check_launcher_text(value: Any, key: str = "hydra.launcher") -> None:
         )
 
 
-def check_known_keys(cfg: Any, workload_schema: type) -> None:
+def check_known_keys(cfg: DictConfig, workload_schema: type) -> None:
     """Hydra's `+key=value` adds a key even to a typed config, so a typo such as
     `+trial.time_limit=60` would be ignored without a word: refuse keys no schema has."""
     from dataclasses import fields
@@ -271,7 +292,7 @@ def check_known_keys(cfg: Any, workload_schema: type) -> None:
                 raise SweepError(f"{name} is not a known key: valid keys{' under ' + prefix if prefix else ''}: {', '.join(known)}")
 
 
-def check_stress_step(workload: Any, trial: TrialConfig, arguments: Sequence[str]) -> None:
+def check_stress_step(workload: object, trial: TrialConfig, arguments: Sequence[str]) -> None:
     """A stress step the user sets (the built-in RNN-T's worst batch, repeated) must be a step some trial runs: past
     the last one (trial.warmup_steps + trial.max_measure_steps - 1), no pair could ever stop ahead of its rivals.
     The default (9: the last step of the default trial) is left alone under other trial settings: past a shorter

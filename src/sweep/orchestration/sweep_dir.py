@@ -12,16 +12,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sweep.errors import SweepError
+from sweep.orchestration.search_record import SEARCH_FILE, SEARCH_LOG
+
+if TYPE_CHECKING:
+    from filelock import BaseFileLock
+    from omegaconf import DictConfig
 
 LOCK_FILE = ".sweep.lock"
 # What only a sweep dir holds; a dir with none of them (and anything else in it) is someone else's.
-SWEEP_MARKERS = ("sweep.json", "trials", LOCK_FILE)
+# What says a dir is a sweep's: a detached search's log comes first, before the search itself writes (detach.py).
+SWEEP_MARKERS = ("sweep.json", "trials", LOCK_FILE, SEARCH_FILE, SEARCH_LOG)
 
 
-def sweep_dir_of(cfg: Any) -> Path:
+def sweep_dir_of(cfg: DictConfig) -> Path:
     """The sweep dir the config names, checked when the user named it (see check_given_dir)."""
     text = str(cfg.hydra.sweep.dir)
     if not text.strip():
@@ -55,7 +61,7 @@ def check_given_dir(path: Path, given: str) -> None:
             )
 
 
-def dir_given(cfg: Any) -> bool:
+def dir_given(cfg: DictConfig) -> bool:
     """Whether the user named the sweep dir (hydra.sweep.dir=, or resume= which names it)."""
     try:
         given = list(cfg.hydra.overrides.hydra)
@@ -112,7 +118,7 @@ def _remove_if_unused(path: Path) -> None:
         pass
 
 
-_held: dict[Path, Any] = {}  # this process's sweep dir locks, by dir: taken again (re-entered) by what it runs
+_held: dict[Path, BaseFileLock] = {}  # this process's sweep dir locks, by dir: taken again (re-entered) by what it runs
 
 
 @contextmanager
@@ -146,7 +152,7 @@ def sweep_lock(sweep_dir: Path) -> Iterator[None]:
         yield
 
 
-def set_sweep_dir(cfg: Any, sweep_dir: Path) -> None:
+def set_sweep_dir(cfg: DictConfig, sweep_dir: Path) -> None:
     from omegaconf import open_dict, read_write
 
     with read_write(cfg.hydra), open_dict(cfg.hydra):

@@ -6,14 +6,15 @@ not through the Orchestrator class, so neither imports orchestrator.py back (no 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from sweep.core.schema import TrialResult
 from sweep.core.space import Candidate
 from sweep.orchestration.display import Display
 from sweep.orchestration.plan import SweepPlan
 from sweep.orchestration.racing import Racing
-from sweep.orchestration.stopping import StopSignals
+from sweep.orchestration.signals import StopSignals
+from sweep.orchestration.trial_pool import TrialPool
 
 
 class SweepState(Protocol):
@@ -25,11 +26,8 @@ class SweepState(Protocol):
     racing: Racing  # stop requests, and the pairs measured in full (never stopped provisionally)
     display: Display  # where log lines go
     stop: StopSignals  # SIGINT/SIGTERM noted, acted on at safe points
-    retimings: dict[str, Any]  # the drift check's running re-timing jobs, by pair
+    pool: TrialPool  # every job's life: the search's trials and the drift check's re-timings
     drift_left: list[TrialResult] | None  # the pairs the drift check under way has still to re-time
-    free_gpus: list[tuple[int, ...]] | None  # local CUDA: device groups not in use
-    executor: Any  # submitit's executor for this sweep's launcher
-    cluster: str  # "local" or "slurm"
     poll_interval_s: float  # how often the loop looks at its jobs
 
     def submit(self, cand: Candidate) -> None:

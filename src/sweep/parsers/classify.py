@@ -24,6 +24,8 @@ from sweep.core.schema import (
     PHASE_JOINT,
     PHASE_OPTIMIZER,
     TIMEOUT,
+    OomPhase,
+    Status,
 )
 from sweep.parsers.lines import clean_line
 
@@ -32,8 +34,8 @@ MAX_REASON_CHARS = 300
 
 @dataclass(frozen=True)
 class Classification:
-    status: str  # one of results.FINISHED_STATUSES
-    oom_phase: str | None  # one of results.OOM_PHASES when status == "oom" and the traceback shows it
+    status: Status  # one of FINISHED_STATUSES
+    oom_phase: OomPhase | None  # when status is OOM and the traceback shows it
     reason: str  # one line, at most MAX_REASON_CHARS; "" for ok
 
 
@@ -299,7 +301,7 @@ class _Log:
         """The last exception line, preferring one that is not a launcher's wrapper."""
         found = [line for line in self.lines if _EXCEPTION.match(line.text)]
         causes = [line for line in found if not _WRAPPER.search(line.text)]
-        return (causes or found or [None])[-1]
+        return (causes or found)[-1] if found else None
 
     def ended_by(self, hit: _Line) -> bool:
         """True when no exception independent of `hit` comes after it.
@@ -354,13 +356,13 @@ class _Log:
         return one_line(line.text if line.rank is None else f"rank {line.rank}: {line.text}")
 
 
-def _phase(frames: list[str], patterns: CompiledPatterns) -> str | None:
+def _phase(frames: list[str], patterns: CompiledPatterns) -> OomPhase | None:
     """The phase of the innermost frame any pattern matches."""
     phase = None
     for frame in frames:
         for name, regexes in patterns:
             if any(rx.search(frame) for rx in regexes):
-                phase = name
+                phase = OomPhase(name)  # compile_phase_regexes let only OomPhase's names through
                 break
     return phase
 

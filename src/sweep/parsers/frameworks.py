@@ -38,7 +38,7 @@ class NanoGPTParser(LineParser):
     def parse_line(self, text: str) -> Measurement | None:
         m = self._rx.search(text)
         ms = to_float(m.group("ms")) if m else None
-        if not ms:  # None, or 0: a step time of zero is no measurement
+        if m is None or not ms:  # None, or 0: a step time of zero is no measurement
             return None
         return Measurement(ms, step=int(m.group("step")), unit=MS_PER_STEP, step_time_s=ms / 1000.0)
 
@@ -54,7 +54,7 @@ class MegatronParser(LineParser):
     def parse_line(self, text: str) -> Measurement | None:
         m = self._rx.search(text)
         ms = to_float(m.group("ms")) if m else None
-        if not ms:  # Megatron prints 0.0 for iterations it did not time
+        if m is None or not ms:  # Megatron prints 0.0 for iterations it did not time
             return None
         g = self._gbs.search(text)
         return Measurement(
@@ -126,7 +126,7 @@ class TorchTitanParser(LineParser):
             return None
         m = self._rx.search(text)
         v = to_float(m.group("tps")) if m else None
-        if v is None:
+        if m is None or v is None:
             return None
         return Measurement(v, step=int(m.group("step")), unit=TOKENS_PER_S, per_device=True)
 
@@ -236,7 +236,7 @@ class DeepSpeedParser(LineParser):
             return Measurement(v, step=int(pipe.group("step")), unit=SAMPLES_PER_S, step_time_s=to_float(pipe.group("t")))
         m = self._curr.search(text) or self._avg.search(text)
         v = to_float(m.group("v")) if m else None
-        if v is None:
+        if m is None or v is None:
             return None
         i = self._index.search(text)
         epoch = step = None
@@ -301,7 +301,7 @@ class TimmParser(LineParser):
     def parse_line(self, text: str) -> Measurement | None:
         m = self._rx.search(text)
         v = to_float(m.group("v")) if m else None
-        if v is None:
+        if m is None or v is None:
             return None
         return Measurement(v, epoch=int(m.group("epoch")), step=int(m.group("i")), unit=SAMPLES_PER_S, step_time_s=to_float(m.group("t")))
 
@@ -317,7 +317,7 @@ class NanochatParser(LineParser):
     def parse_line(self, text: str) -> Measurement | None:
         m = self._rx.search(text)
         v = to_float(m.group("v")) if m else None
-        if v is None:
+        if m is None or v is None:
             return None
         dt = self._dt.search(text)
         ms = to_float(dt.group("ms")) if dt else None

@@ -57,6 +57,10 @@ class Preset:
     warmup_reason: str = ""  # why the first figures are skipped
     accum_flag_is_total: bool = False  # the accumulation flag counts micro-batches over all devices (nanoGPT)
     global_batch_in_tokens: bool = False  # the global batch flag counts tokens (nanochat): left as the user set it
+    # The line parser for the framework's own log lines (parsers/frameworks.py); None: a general format reads it
+    # (myrtle's dllogger lines: parsers/formats.py). A preset is declared here once: its parser, its flags, and its
+    # shipped sweeps/<name>.yaml are all found from this one entry (docs/development.md, "Adding a log preset").
+    parser: Callable[[], LineParser] | None = None
 
     @property
     def unit(self) -> str:
@@ -99,23 +103,27 @@ _PRESETS = (
         "batch_size", "gradient_accumulation_steps",
         warmup_reason="iter 0 evaluates and compiles; nanoGPT itself waits 5 iters before its MFU",
         accum_flag_is_total=True,
+        parser=NanoGPTParser,
     ),
     Preset(
         "megatron", "Megatron-LM", "NVIDIA/Megatron-LM megatron/training/training.py",
         "elapsed time per iteration (ms)", (MS_PER_STEP,), False, 2,
         "micro-batch-size", None, "global-batch-size",
         warmup_reason="the first iterations include allocation and NCCL set-up",
+        parser=MegatronParser,
     ),
     Preset(
         "hf", "HF transformers Trainer", "huggingface/transformers trainer_callback.py, trainer.py",
         "progress bar it/s (optimizer steps), else train_samples_per_second", (STEPS_PER_S, S_PER_STEP, SAMPLES_PER_S),
         False, 5, "per_device_train_batch_size", "gradient_accumulation_steps",
         warmup_reason="tqdm's rate is smoothed over recent steps, so it carries the slow first steps for a while",
+        parser=HFTrainerParser,
     ),
     Preset(
         "torchtitan", "torchtitan", "pytorch/torchtitan torchtitan/components/metrics.py", "tps", (TOKENS_PER_S,),
         True, 1, "training.local_batch_size", None, "training.global_batch_size",
         warmup_reason="step 1 includes compilation",
+        parser=TorchTitanParser,
     ),
     Preset(
         "lightning", "Lightning / NeMo", "Lightning TQDMProgressBar/RichProgressBar; NVIDIA/NeMo progress printer",
@@ -124,43 +132,38 @@ _PRESETS = (
         (S_PER_STEP, BATCHES_PER_S, S_PER_BATCH), False, 3,
         "data.micro_batch_size", "trainer.accumulate_grad_batches", flag_style="{flag}={value}",
         warmup_reason="the first steps include compilation and the sanity-check validation",
+        parser=LightningParser,
     ),
     Preset(
         "deepspeed", "DeepSpeed", "microsoft/DeepSpeed deepspeed/utils/timer.py", "CurrSamplesPerSec",
         (SAMPLES_PER_S,), False, 2, "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
         flag_style='"{flag}": {value}',
         warmup_reason="DeepSpeed's own timer starts at step 2",
+        parser=DeepSpeedParser,
     ),
     Preset(
         "fairseq", "fairseq", "facebookresearch/fairseq fairseq/logging/progress_bar.py", "wps (train_inner)",
         (TOKENS_PER_S,), False, 1, "batch-size", "update-freq",
         warmup_reason="the first interval includes start-up",
+        parser=FairseqParser,
     ),
     Preset(
         "timm", "timm (pytorch-image-models)", "huggingface/pytorch-image-models train.py", "Time: ...s, N/s",
         (SAMPLES_PER_S,), False, 1, "batch-size", "grad-accum-steps",
         warmup_reason="the first logged update includes start-up and cuDNN autotuning",
+        parser=TimmParser,
     ),
     Preset(
         "nanochat", "nanochat", "karpathy/nanochat scripts/base_train.py", "tok/sec", (TOKENS_PER_S,), False, 10,
         "device-batch-size", None, "total-batch-size", global_batch_in_tokens=True,
         warmup_reason="nanochat itself leaves the first 10 steps out of its training time (compilation)",
+        parser=NanochatParser,
     ),
 )
 
 PRESETS: dict[str, Preset] = {p.name: p for p in _PRESETS}
 
-PRESET_PARSERS: dict[str, Callable[[], LineParser]] = {
-    "nanogpt": NanoGPTParser,
-    "megatron": MegatronParser,
-    "hf": HFTrainerParser,
-    "torchtitan": TorchTitanParser,
-    "lightning": LightningParser,
-    "deepspeed": DeepSpeedParser,
-    "fairseq": FairseqParser,
-    "timm": TimmParser,
-    "nanochat": NanochatParser,
-}
+PRESET_PARSERS: dict[str, Callable[[], LineParser]] = {p.name: p.parser for p in _PRESETS if p.parser is not None}
 
 
 def get_preset(name: str) -> Preset:

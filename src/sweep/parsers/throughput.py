@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from sweep.core.confidence import DEFAULT_SE
 from sweep.core.stats import median, median_interval_coverage, median_interval_ranks
-from sweep.errors import ThroughputError  # defined there; still importable from here
+from sweep.errors import ThroughputError
 from sweep.parsers.lines import Measurement
 
 SAMPLES_PER_S = "samples/s"

@@ -49,6 +49,8 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from _sweep_probe_counts import UpdateCounting
 from _sweep_probe_memory import MemorySampling
@@ -86,7 +88,7 @@ class _Writer:
     def __init__(self, record_dir: str) -> None:
         self.record_dir = record_dir
         self.pid = -1
-        self.file = None
+        self.file: TextIO | None = None
         self.lock = threading.Lock()
         self.broken = False
 
@@ -121,7 +123,8 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
         self.writer: _Writer | None = None
         self.file_rank = 0
         self.hooks_installed = False
-        self.status_fd = self.clear_refs_fd = None  # /proc/self/status and clear_refs, kept open
+        self.status_fd: int | None = None  # /proc/self/status and clear_refs, kept open
+        self.clear_refs_fd: int | None = None
         self.fd_pid = -1
         self.fork_hook_registered = False
         self.keep_steps = False
@@ -148,20 +151,20 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
         self.group_end_wall = 0.0
         self.expected: frozenset[int] | None = None  # the optimizers one step is made of, once known
         self.depth = 0  # nested optimizer steps (an optimizer wrapping another)
-        self.current_optimizer = None  # weakref: the optimizer whose step is running
+        self.current_optimizer: weakref.ref[Any] | None = None  # the optimizer whose step is running
         self.memory: dict[str, int] = {}
         self.retries_before: int | None = None
         self.module_stack: list = []
-        self.last_module = None  # weakref: the module whose forward ended last (while tracked live)
-        self.backward_module = None  # weakref: the module whose output's gradient was computed last
+        self.last_module: weakref.ref[Any] | None = None  # the module whose forward ended last (while tracked live)
+        self.backward_module: weakref.ref[Any] | None = None  # the module whose output's gradient was computed last
         self.backward_depth = 0
-        self.last_watched = None  # weakref: the tensor whose gradient was hooked last
+        self.last_watched: weakref.ref[Any] | None = None  # the tensor whose gradient was hooked last
         self.allocator_oom_pending = False
         self.seen_exceptions: list[int] = []
         self.backwards = 0  # backward passes in the open step
         self.backward_index = 0  # backward passes since arming
         self.forwards = 0  # root modules' forward passes (gradients on) in the open step
-        self.group_lr = None  # the open step's learning rate (the first optimizer to end in it)
+        self.group_lr: float | None = None  # the open step's learning rate (the first optimizer to end in it)
         self.reset_ats()
 
     def rank(self) -> int:
@@ -247,7 +250,7 @@ class Probe(ModuleAndOomHooks, MemorySampling, UpdateCounting):
             ("CUDA peak view", self._install_peak_view),
             ("excepthook", self._install_excepthook),
         ]
-        self.undo = []
+        self.undo: list[Callable[[], object]] = []
         for name, install in steps:
             try:
                 install(torch)

@@ -30,6 +30,8 @@ from __future__ import annotations
 import functools
 import time
 import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 BACKWARD_BATCH = 64  # backward passes' times written in one record
 BACKWARD_FLUSH_S = 0.5  # ... or after this long, so a reader following the run sees them soon
@@ -46,6 +48,17 @@ class UpdateCounting:
     watched = None  # weakref to the parameter watched for updates (no torch.optim optimizer made), once one is found
     watched_before = None  # its sampled values' bytes at the previous sample
     accum = 0  # the accumulation asked for (Probe.arm reads ACCUM_ENV); 0: unknown
+
+    if TYPE_CHECKING:  # Probe's (_sweep_probe.py): the state and methods these share with it
+        torch: Any
+        writer: Any  # _sweep_probe._Writer, None while disarmed
+        undo: list[Callable[[], object]]
+        _disabled: set[str]
+        compiling: Callable[[], bool]
+
+        def problem(self, where: str, exc: BaseException) -> None: ...
+        def _write(self, record: dict) -> None: ...
+        def _sync(self) -> None: ...
 
     def reset_ats(self) -> None:
         self.ats: list[float] = []  # backward passes' times not written yet
@@ -106,7 +119,8 @@ class UpdateCounting:
             return
         try:
             roots = [tensors] if hasattr(tensors, "grad_fn") else list(tensors or ())
-            queue, seen = [t.grad_fn for t in roots if getattr(t, "grad_fn", None) is not None], set()
+            queue = [t.grad_fn for t in roots if getattr(t, "grad_fn", None) is not None]
+            seen: set[int] = set()
             while queue and len(seen) < 10_000:
                 node = queue.pop(0)
                 if node is None or id(node) in seen:

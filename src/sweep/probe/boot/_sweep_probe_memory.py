@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 
 class MemorySampling:
@@ -23,6 +25,17 @@ class MemorySampling:
 
     real_memory_stats = real_reset_peaks = None  # torch.cuda's own, once the view is installed
     trainer_peaks: dict  # device index -> {memory_stats ".peak" key: bytes since the trainer's last reset}
+
+    if TYPE_CHECKING:  # Probe's (_sweep_probe.py): the state and methods these share with it
+        torch: Any
+        undo: list[Callable[[], object]]
+        _disabled: set[str]
+        memory: dict[str, int]
+        status_fd: int | None  # /proc/self/status and clear_refs, kept open
+        clear_refs_fd: int | None
+        fd_pid: int
+
+        def problem(self, where: str, exc: BaseException) -> None: ...
 
     def _install_peak_view(self, torch) -> None:
         """Wrap torch.cuda's peak statistics so the trainer reads them as if no probe reset them."""
@@ -53,7 +66,7 @@ class MemorySampling:
             for name, wrapper in (("memory_stats", memory_stats), ("reset_peak_memory_stats", reset_peak_memory_stats)):
                 original = getattr(module, name)
                 setattr(module, name, wrapper)
-                self.undo.append(lambda module=module, name=name, original=original: setattr(module, name, original))
+                self.undo.append(functools.partial(setattr, module, name, original))
 
     def reset_peaks(self) -> None:
         """Memory peaks count from now (a caller whose start-up and warm-up must not count)."""

@@ -34,6 +34,7 @@ import functools
 import sys
 import time
 import weakref
+from typing import TYPE_CHECKING, Any
 
 from _sweep_probe_import import AfterImport
 from _sweep_probe_oom import OOM_MESSAGES, OomRecords, callers_frames, is_oom  # noqa: F401 - OOM_MESSAGES: a public name here too
@@ -43,6 +44,14 @@ WATCH_DEPTH = 3  # backward is followed into modules this deep in the running st
 
 class ModuleAndOomHooks(OomRecords):
     """The module, backward, OOM-observer and excepthook hooks of the probe (mixed into Probe)."""
+
+    if TYPE_CHECKING:  # set here or by Probe (_sweep_probe.py)
+        roots: weakref.WeakSet[Any]  # modules called while no other module was running
+        tracking_handles: list[Any]  # torch's RemovableHandles
+        root_hooks: list[Any]
+        module_stack: list[Any]
+        step_start: float | None
+        last_watched: weakref.ref[Any] | None
 
     def _install_module_hooks(self, torch) -> None:
         self.call_impl_code = torch.nn.Module._call_impl.__code__
@@ -83,7 +92,7 @@ class ModuleAndOomHooks(OomRecords):
             probe.leave_modules_to_dynamo()
             return original(*args, **kwargs)
 
-        compiler._sweep_probe_wrapped = True
+        setattr(compiler, "_sweep_probe_wrapped", True)  # noqa: B010 - a mark on a function object
         setattr(owner, name, compiler)
         self.undo.append(lambda: setattr(owner, name, original))
 

@@ -14,6 +14,8 @@ import gc
 import os
 import sys
 import weakref
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 # Substrings of allocators' out-of-memory messages; sweep.workloads.rnnt.memory reads this same tuple.
 OOM_MESSAGES = (
@@ -57,6 +59,23 @@ def _one_line(exc: BaseException) -> str:
 
 class OomRecords:
     """Naming modules and writing OOM records (mixed into Probe)."""
+
+    if TYPE_CHECKING:  # Probe's (_sweep_probe.py: __init__ and _reset_steps set them): what these methods read
+        names: weakref.WeakKeyDictionary[Any, str]
+        ooms: list[dict]
+        step_index: int
+        depth: int
+        group: dict[int, int]
+        expected: frozenset[int] | None
+        module_stack: list[Any]
+        backward_depth: int
+        backward_module: weakref.ref[Any] | None
+        current_optimizer: weakref.ref[Any] | None
+        last_module: weakref.ref[Any] | None
+        seen_exceptions: list[int]
+        allocator_oom_pending: bool
+
+        def _write(self, record: dict) -> None: ...
 
     def name_modules(self, root, prefix: str = "") -> None:
         """Name root's modules by their attribute paths from root (`encoder.lstm`), ahead of any OOM.
@@ -208,11 +227,11 @@ def _frames_of_traceback(tb) -> list:
     return frames
 
 
-def callers_frames() -> list:
+def callers_frames() -> list[FrameType]:
     """The live stack, outermost first, above the caller of this function's caller (the OOM observer's,
     which CUDA's allocator calls): none on an autograd engine thread running a C++ node."""
     try:
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
     except ValueError:
         return []
     frames = []

@@ -68,7 +68,8 @@ def _run_shadowed_sitecustomize() -> None:
         spec = importlib.machinery.PathFinder.find_spec("sitecustomize", later)
         if spec is None or spec.loader is None or spec.origin in (None, os.path.abspath(__file__)):
             return
-        code = spec.loader.get_code("sitecustomize")
+        # PathFinder's loaders are file loaders, which have get_code; typeshed's Loader does not say so.
+        code = spec.loader.get_code("sitecustomize")  # type: ignore[attr-defined]
         if code is None:
             return
         # Its own globals, as if it had been imported itself; it sees __file__ as its own.

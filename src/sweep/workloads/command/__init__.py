@@ -74,7 +74,7 @@ def _run(spec: TrialSpec) -> TrialResult:
 
 def _live_throughput(trial_dir: Path) -> float | None:
     """The last throughput the command's log showed, from the progress file its trial keeps."""
-    from sweep.workloads.command.runner import PROGRESS_FILE
+    from sweep.core.measure import PROGRESS_FILE
 
     try:
         return float(json.loads((Path(trial_dir) / PROGRESS_FILE).read_text())["throughput"])

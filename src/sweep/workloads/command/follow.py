@@ -15,7 +15,7 @@ from sweep.workloads.command.nodes import Team
 
 
 def follow(
-    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, enough: Enough, limit: float, t0: float, rate: Any, stop: Any
+    proc: subprocess.Popen, tail: Any, parser: Any, trial_dir: Path, enough: Enough | Obey, limit: float, t0: float, rate: Any, stop: Any
 ) -> tuple[list[Any], bool, str]:
     """Read the log as it grows until the command ends, overruns its time, has measured enough, or is told to stop.
 
@@ -29,7 +29,9 @@ def follow(
         new = [m for chunk in tail.drain() for m in parser.feed(chunk)]  # all that is new, not one chunk a poll
         measurements += new
         probed = enough.probe_timed()
-        if probed and len(probed) != shown:
+        if not isinstance(enough, Enough):
+            pass  # node k > 0 (Obey) times nothing and writes no progress: node 0 does, from every node's records
+        elif probed and len(probed) != shown:
             shown = len(probed)
             write_progress(trial_dir, progress_record(probed, throughput=enough.probe.rate(probed[-1]), throughput_unit=enough.probe.unit,
                                                       measurements=shown, warmup_measurements=enough.probe.warmup_steps, measured_by="probe"))
@@ -74,7 +76,7 @@ class Enough:
 
     def reason_to_stop(self, measurements: list[Any], trial_dir: Path) -> str:
         peer = self.team.failed_peer() if self.team is not None else None
-        if peer is not None:  # its ranks are gone: ours would wait on them in their next collective
+        if self.team is not None and peer is not None:  # its ranks are gone: ours would wait on them in their next collective
             self.team.peer = peer
             return f"node {peer.node} ({peer.host}) ended: {peer.status}"
         probed = self.probe_timed()
@@ -115,7 +117,7 @@ class Obey:
 def timed_so_far(measurements: list[Any], summarize: Any, global_batch_size: int) -> list[float]:
     """Seconds per optimizer step of the figures measured so far, by the same rules the trial's record
     uses (one rank, redrawn bars once, the preset's warm-up); empty before any figure after the warm-up."""
-    from sweep.parsers import ThroughputError
+    from sweep.errors import ThroughputError
 
     try:
         summary = summarize(measurements)
@@ -139,7 +141,8 @@ def measured_step_times(summary: Any, global_batch_size: int) -> list[float]:
 
 def live_throughput(m: Any, *, context: Any, unit: str | None) -> tuple[float | None, str]:
     """A figure as the trial will record it (samples/s or tokens/s, global), for the live table; None if it cannot be."""
-    from sweep.parsers.throughput import ThroughputError, convert, output_unit
+    from sweep.errors import ThroughputError
+    from sweep.parsers.throughput import convert, output_unit
 
     out = output_unit(m.unit, context, unit)
     try:

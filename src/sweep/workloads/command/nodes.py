@@ -223,7 +223,8 @@ def _memory_over_nodes(filed: TrialResult, own: TrialResult, others: list[Verdic
     peaks = [peak for peak, _, _ in readings if peak is not None]
     if not peaks:
         return filed
-    tightest = min((r for r in readings if r[2] is not None), key=lambda r: r[2], default=None)
+    roomy = [(peak, capacity, room) for peak, capacity, room in readings if room is not None]
+    tightest = min(roomy, key=lambda r: r[2], default=None)
     capacity, headroom = (tightest[1], tightest[2]) if tightest is not None else (filed.capacity_gib, filed.headroom)
     return replace(filed, peak_mem_gib=max(peaks), capacity_gib=capacity, headroom=headroom)
 

@@ -18,10 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from sweep.core.config import memory_margin
-from sweep.core.measure import PROGRESS_FILE, measured_enough_for, progress_record  # noqa: F401 (PROGRESS_FILE: the workload reads it from here)
 from sweep.core.schema import Status, TrialResult, now_iso
 from sweep.core.spec import TrialSpec
-from sweep.errors import TemplateError  # noqa: F401 (defined there; still importable from here)
 from sweep.launch.memory import TreeMemorySampler, is_tight
 from sweep.launch.tree import PROCESSES_FILE, TreeTracker, become_subreaper, end_processes
 from sweep.records import write_result
@@ -62,7 +60,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
         env.update(probe_env(probe.record_dir, base_env=env, accum=int(spec.accum)))
     limit = float(spec.trial.time_limit_s)
     started_at, t0 = now_iso(), time.monotonic()
-    base = dict(**spec.numbers(), log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command", started_at=started_at, fingerprint=spec.fingerprint)
+    base: dict[str, Any] = dict(**spec.numbers(), log=str(log_path), job_id=_job_id(), host=socket.gethostname(), device="command", started_at=started_at, fingerprint=spec.fingerprint)
     missing = missing_paths(argv, cwd)  # checked before launch where trials run here; on a cluster, here on the node
     if missing:
         result = TrialResult(status=Status.FAILED, error=missing, finished_at=now_iso(), **base)
@@ -79,7 +77,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     become_subreaper()
     tracker = TreeTracker(trial_dir / PROCESSES_FILE if writes else None).start()
     oom_kills_before = evidence.oom_kill_count()
-    enough = Enough(spec.trial, settings.skip_first, settings.stop_after, functools.partial(timed_so_far, summarize=summarize, global_batch_size=gbs), probe,
+    enough: Enough | Obey = Enough(spec.trial, settings.skip_first, settings.stop_after, functools.partial(timed_so_far, summarize=summarize, global_batch_size=gbs), probe,
                      team)
     if team is not None and node > 0:
         # Obeys node 0's decision alone; stops on its own only well past the time limit (node 0 gone).
@@ -119,7 +117,7 @@ def run_command_trial(spec: TrialSpec) -> TrialResult:
     if probe is not None:
         base.update(probe.memory_fields(spec.machine.device, float(spec.machine.memory_gib) if spec.machine.device == "cuda" and spec.machine.memory_gib is not None else None))
         base.update(probe.provenance_fields())
-    peer = enough.team.peer if team is not None and node == 0 else None
+    peer = team.peer if team is not None and node == 0 else None  # node 0's Enough holds this team
     ended = _Ended(code, timed_out, "" if peer is not None else stopped_early, memory, set(tracker.seen) | {proc.pid}, oom_kills_before)
     if team is not None and node > 0:
         return _report(spec, settings, probe, ended, base, log_path, team, stopped_early, ended_at)
@@ -160,7 +158,7 @@ class _Ended:
 
 def _summary(summarize: Any, measurements: list[Any]) -> tuple[Any, str]:
     """(the log's summary, or None, and why not: ": <reason>" or "")."""
-    from sweep.parsers import ThroughputError
+    from sweep.errors import ThroughputError
 
     if not measurements:
         return None, ""

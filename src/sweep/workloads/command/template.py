@@ -13,6 +13,7 @@ import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sweep.core.space import PairNumbers
 from sweep.errors import TemplateError
 
 # The candidate's numbers (TrialSpec.numbers) and the launch's (one launcher per node: the
@@ -88,9 +89,13 @@ def uses_split(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     return bool(fields_used(argv, env) & set(SPLIT_PLACEHOLDERS))
 
 
-def pair_values(numbers: Mapping[str, int]) -> dict[str, int]:
+def pair_values(numbers: PairNumbers) -> dict[str, int]:
     """A trial's numbers (TrialSpec.numbers) with what the template derives from them: {accum_x_devices}."""
-    return {**numbers, "accum_x_devices": int(numbers["accum"]) * int(numbers["num_devices"])}
+    return {
+        "accum": numbers["accum"], "split": numbers["split"], "per_device_batch": numbers["per_device_batch"], "joint_batch": numbers["joint_batch"],
+        "global_batch_size": numbers["global_batch_size"], "num_devices": numbers["num_devices"],
+        "accum_x_devices": numbers["accum"] * numbers["num_devices"],
+    }
 
 
 def fill(text: str, values: Mapping[str, int | str]) -> str:

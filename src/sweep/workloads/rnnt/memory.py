@@ -72,13 +72,14 @@ def oom_summary(exc: BaseException) -> str:
 
 def drop_exception(exc: BaseException) -> None:
     """Release what an exception pins: its traceback's frames hold the step's big tensors."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if exc.__traceback__ is not None:
-            traceback.clear_frames(exc.__traceback__)
-        exc.__traceback__ = None
-        exc = exc.__cause__ or exc.__context__
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)
+        current.__traceback__ = None
+        current = current.__cause__ or current.__context__
 
 
 def free_device_memory(device: torch.device) -> None:

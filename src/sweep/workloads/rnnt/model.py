@@ -23,6 +23,7 @@ import contextlib
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,7 +39,7 @@ from sweep.workloads.rnnt.synthetic import SyntheticData  # noqa: F401 - model's
 # Status codes all ranks exchange before any gradient traffic. MAX picks the
 # one every rank reports, so a real bug (FAILED) outranks an OOM.
 _OK, _FAILED = 0, 4
-_PHASE_CODE = {PHASE_ENCODER: 1, PHASE_JOINT: 2, PHASE_OPTIMIZER: 3}
+_PHASE_CODE: dict[str, int] = {PHASE_ENCODER: 1, PHASE_JOINT: 2, PHASE_OPTIMIZER: 3}  # phases are OomPhase, a str
 _CODE_PHASE = {v: k for k, v in _PHASE_CODE.items()}
 
 
@@ -172,6 +173,7 @@ class RNNTWorkload:
                 broadcast_buffers=False,
             )
         self.data = SyntheticData(cfg, cfg.seed if data_seed is None else data_seed, self.device)
+        self.optimizer: torch.optim.Optimizer
         if cfg.optimizer == "adam":
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
         elif cfg.optimizer == "sgd":
@@ -245,7 +247,7 @@ class RNNTWorkload:
         return fused_rnnt_loss(logits, labels, frame_lens, label_lens, chunk_bytes=chunk_bytes)
 
     def backward_encoder(
-        self, enc: torch.Tensor, pred: torch.Tensor, enc_grad: torch.Tensor, pred_grad: torch.Tensor, sync: bool = False
+        self, enc: torch.Tensor, pred: torch.Tensor, enc_grad: torch.Tensor | None, pred_grad: torch.Tensor | None, sync: bool = False
     ) -> None:
         """The encoder and prediction backward; with sync (the last micro-batch), DDP all-reduces every
         gradient (accumulated over all micro-batches) bucket by bucket while it runs."""
@@ -272,13 +274,13 @@ class RNNTWorkload:
 
         sync: all-reduce the accumulated gradients during this backward (the last micro-batch).
         """
-        *tensors, loss = self.forward_and_joint(per_device_batch, accum, split, step_index, micro_index)
-        self.backward_encoder(*tensors, sync=sync)
+        enc, pred, enc_grad, pred_grad, loss = self.forward_and_joint(per_device_batch, accum, split, step_index, micro_index)
+        self.backward_encoder(enc, pred, enc_grad, pred_grad, sync=sync)
         return loss
 
     def forward_and_joint(
         self, per_device_batch: int, accum: int, split: int, step_index: int, micro_index: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
         """A micro-batch up to its encoder backward: (enc, pred, their gradients, loss)."""
         global_batch = per_device_batch * accum * self.world_size
         first = (self.rank * accum + micro_index) * per_device_batch  # each rank takes a contiguous share
@@ -330,7 +332,11 @@ class RNNTWorkload:
     def gradients(self, per_device_batch: int, accum: int, split: int, step_index: int = 0) -> dict[str, torch.Tensor]:
         """The (all-reduced) gradient one step would apply, without applying it; for equivalence tests."""
         self._accumulate(per_device_batch, accum, split, step_index)
-        grads = {name: p.grad.detach().clone() for name, p in self.model.named_parameters()}
+        grads = {}
+        for name, p in self.model.named_parameters():
+            if p.grad is None:
+                raise RuntimeError(f"{name}: no gradient (no micro-batch reached it)")
+            grads[name] = p.grad.detach().clone()
         self.phase = None
         return grads
 
@@ -339,7 +345,7 @@ class RNNTWorkload:
             raise ValueError(f"per_device_batch={per_device_batch} is not a positive multiple of split={split}")
         self.model.zero_grad(set_to_none=True)
 
-        last: list[tuple[torch.Tensor, ...]] = []
+        last: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]] = []
 
         def up_to_the_last_backward() -> None:
             for m in range(accum - 1):
@@ -379,7 +385,7 @@ class RNNTWorkload:
             dist.all_reduce(status, op=dist.ReduceOp.MAX)
             if int(status.item()) == _OK:
                 return
-            reports = [None] * self.world_size
+            reports: list[Any] = [None] * self.world_size  # all_gather_object puts each rank's (code, message) here
             dist.all_gather_object(reports, (code, message))
             code = int(status.item())
             first_rank = next(r for r, (c, _) in enumerate(reports) if c == code)

@@ -97,7 +97,7 @@ def _init_distributed(num_devices: int, backend: str) -> tuple[int, int, int]:
 
 
 def _record_memory(result: TrialResult, report: ProbeReport, open_step: dict, baseline: MemoryBaseline,
-                   memory_gib: float, margin: float) -> None:
+                   memory_gib: float | None, margin: float) -> None:
     """Peak, capacity, headroom and tight, from the probe's per-step figures (the largest over ranks; ranks
     train alike) and, for a step an OOM cut short, what the probe saw of it so far (this rank's).
 

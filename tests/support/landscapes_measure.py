@@ -15,8 +15,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from landscapes import Landscape
-
+from support.landscapes import Landscape
 from sweep.core.measure import cannot_win, enough_measured, race_reason
 from sweep.core.ranking import ranked_ok
 from sweep.core.schema import OK, OOM, TrialResult

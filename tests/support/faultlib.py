@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sweep_run import FRESH, ForkedRun
 
+from support.sweep_run import FRESH, ForkedRun
 from sweep.core.ranking import TABLE_COLUMNS
 from sweep.core.schema import ALL_STATUSES, RESULT_FILE, ResultError
 from sweep.records import read_trial_record
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: the scripts the fault tests run
 FAKE = HERE / "fake_train.py"
 RUNNER = HERE / "fault_runner.py"
 

@@ -8,7 +8,7 @@ is normalised: the sweep dir becomes /SWEEP and the interpreter becomes `python`
 Regenerate the goldens after a deliberate change:
 
     SWEEP_UPDATE_GOLDEN=1 python -m pytest tests/test_slurm_sweep.py -k golden
-    python tests/sbatch_golden.py          # the same, without pytest
+    python tests/support/sbatch_golden.py          # the same, without pytest
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "sbatch"
+GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "sbatch"
 SWEEP_DIR = "/SWEEP"
 UPDATE_ENV = "SWEEP_UPDATE_GOLDEN"
 SLURM = ["hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu"]
@@ -116,7 +116,7 @@ def update_requested() -> bool:
 def write_all() -> list[Path]:
     """Rewrite every golden script, and the index saying which command each one pins."""
     GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
-    written, index = [], ["# Golden sbatch scripts", "", f"Written by tests/sbatch_golden.py ({UPDATE_ENV}=1); do not edit by hand.", ""]
+    written, index = [], ["# Golden sbatch scripts", "", f"Written by tests/support/sbatch_golden.py ({UPDATE_ENV}=1); do not edit by hand.", ""]
     for name, overrides in CASES.items():
         path = golden_path(name)
         path.write_text(sbatch_text(overrides))

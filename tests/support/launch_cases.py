@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import faultlib as F
 import psutil
+
+from support import faultlib as F
 
 FIGURES = (
     "for e in (1, 2, 3):\n"

@@ -3,7 +3,7 @@ and parallel screening (bench/bench_gpu.py and tests/test_bench_gpu.py).
 
 A landscape here answers, per pair: its outcome (status, OOM phase, timed steps before a late
 OOM), step time, step draws, peaks and tightness, and what a fresh trial process costs to start
-(tests/landscapes_h100.py for the recorded H100 sweeps; `Simulated` wraps tests/landscapes.py's).
+(tests/support/landscapes_h100.py for the recorded H100 sweeps; `Simulated` wraps tests/support/landscapes.py's).
 
 The simulation is event-driven: each running trial pays its start-up, the warm-up steps and then
 timed steps one at a time; after each timed step the policy's stop rules are asked, with every
@@ -41,8 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from landscapes import Landscape
-
+from support.landscapes import Landscape
 from sweep.core.config import RUN_TO_RUN_NOISE
 from sweep.core.decision import PROVISIONAL_STEPS, Running, ahead_after_steps, cancel_reason, decision_stop, provisional_contenders
 from sweep.core.measure import cannot_win, enough_measured, race_reason
@@ -76,7 +75,7 @@ class GpuLandscape(Protocol):
 
 @dataclass
 class Simulated:
-    """tests/landscapes.py's Landscape as one rank's share: the same pairs on one device."""
+    """tests/support/landscapes.py's Landscape as one rank's share: the same pairs on one device."""
 
     land: Landscape
     name: str = ""

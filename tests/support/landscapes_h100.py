@@ -38,7 +38,7 @@ from sweep.core.memory_model import fit_from_results, predict_peak
 from sweep.core.schema import OK, OOM, PHASE_JOINT, TrialResult
 from sweep.core.space import Candidate, enumerate_candidates
 
-DATA = Path(__file__).resolve().parent / "data" / "h100"
+DATA = Path(__file__).resolve().parents[1] / "data" / "h100"
 RUN_TO_RUN = 0.003  # relative sd of one pair between fresh processes (field notes: within 0.3%)
 TIGHT_MARGIN = 0.05  # MEMORY_MARGIN["cuda"]
 

@@ -6,7 +6,7 @@ already imported sweep and Hydra (tests/sweep_server.py), and runs sweep's `__ma
 `python -m sweep` would: what it skips is only the interpreter's
 start and those imports, about 0.35 s of CPU per run, paid ~200 times per suite on 2 cores.
 ForkedRun is one such run handled like a subprocess.Popen (poll, wait, signals), for the fault tests
-(tests/faultlib.py), which run tests/fault_runner.py this way and SIGKILL it mid-sweep.
+(tests/support/faultlib.py), which run tests/fault_runner.py this way and SIGKILL it mid-sweep.
 SWEEP_TESTS_FRESH_PROCESS=1 runs every such case as a fresh `python -m sweep` instead. Tests of
 what only a fresh interpreter shows (Ctrl-C during start-up, signals sent to the sweep, import
 time, installs) start `python -m sweep` with subprocess themselves.
@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 # A workload small enough that one trial takes a few seconds on 2 cores.
@@ -43,7 +44,10 @@ TINY = [
 ]
 
 FRESH = os.environ.get("SWEEP_TESTS_FRESH_PROCESS") == "1"
-SERVER = Path(__file__).with_name("sweep_server.py")
+# Called with each forked run's argv before it starts (tests/conftest.py: a test that starts `python -m sweep` is
+# marked e2e; a fresh one it sees through subprocess.Popen's audit event).
+START_HOOKS: list[Callable[[list[str]], None]] = []
+SERVER = Path(__file__).resolve().parents[1] / "sweep_server.py"  # a script, beside the tests that run it
 
 
 class _ForkServer:
@@ -110,6 +114,8 @@ class ForkedRun:
     def __init__(self, args: list[str], cwd: Path, env: dict[str, str], stdout: str, stderr: str, script: str | None = None,
                  server: _ForkServer = _server) -> None:
         self.args = [sys.executable, *([script] if script else ["-m", "sweep"]), *args]
+        for hook in START_HOOKS:
+            hook(self.args)
         self.returncode: int | None = None
         request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "stdout": stdout, "stderr": stderr, "script": script}
         self._connection = server.connect()

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
-WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGPIPE: "stdout closed"}
+WORDS: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGPIPE: "stdout closed"}
 
 
 class Interrupted(Exception):
