@@ -14,7 +14,8 @@ from support.results import trial_result
 from support.sweep_run import run_sweep
 
 from sweep.analysis import export
-from sweep.core.ranking import Recommendation, SweepMeta, recommendation
+from sweep.core.ranking import SweepMeta
+from sweep.core.recommendation import Recommendation, recommendation
 from sweep.core.schema import TrialResult
 from sweep.parsers.presets import flags_template
 

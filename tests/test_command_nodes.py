@@ -86,7 +86,8 @@ def test_every_shipped_preset_that_starts_ranks_joins_its_nodes(tmp_path, preset
 def test_accum_x_devices_counts_every_ranks_micro_batches_in_the_line_and_the_flags(tmp_path):
     """nanoGPT under torchrun divides its --gradient_accumulation_steps by the world size: {accum_x_devices} gives it
     accum x num_devices, in each node's line and in the flags to paste (the argv's own tokens)."""
-    from sweep.core.ranking import SweepMeta, recommended_flags
+    from sweep.core.ranking import SweepMeta
+    from sweep.core.recommendation import recommended_flags
     from sweep.parsers.presets import flags_template
 
     argv = ["torchrun", "--nproc_per_node={nproc_per_node}", "--nnodes={nodes}", "--node_rank={node_rank}", "--master_addr={master_addr}",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sweep.core.ranking import SweepMeta, recommendation
+from sweep.core.ranking import SweepMeta
+from sweep.core.recommendation import recommendation
 from sweep.core.schema import TrialResult
 from sweep.parsers.presets import NO_FLAGS_TEMPLATE, flags_template
 

@@ -21,7 +21,8 @@ from sweep.core.growth import (
     still_growing,
 )
 from sweep.core.probe_report import summarise
-from sweep.core.ranking import SweepMeta, build_table, confidence_view, recommendation
+from sweep.core.ranking import SweepMeta, build_table, confidence_view
+from sweep.core.recommendation import recommendation
 from sweep.core.schema import OK, OOM, TrialResult
 from sweep.core.space import Candidate
 from sweep.core.table import TIGHT_MARK, render_plain, sweep_table

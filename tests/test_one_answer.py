@@ -23,7 +23,8 @@ from sweep.analysis import plots
 from sweep.analysis.api import load
 from sweep.analysis.compare import compare
 from sweep.core.drift import Retimed, drift, pooled, pooled_note, retimed_figures
-from sweep.core.ranking import Recommendation, SweepMeta, build_table, recommendation, recommendation_line, table_csv
+from sweep.core.ranking import SweepMeta, build_table, table_csv
+from sweep.core.recommendation import Recommendation, recommendation, recommendation_line
 from sweep.core.run_to_run import Repeat
 from sweep.core.schema import OOM, TrialResult
 from sweep.core.space import enumerate_candidates

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from sweep.analysis import export, plots
-from sweep.core.ranking import SweepMeta, recommendation, recommendation_line
+from sweep.core.ranking import SweepMeta
+from sweep.core.recommendation import recommendation, recommendation_line
 from sweep.core.schema import TrialResult
 
 NANOGPT = "--batch_size={per_device_batch} --gradient_accumulation_steps={accum}"

@@ -123,7 +123,8 @@ def test_shipped_sweeps_recommend_in_the_frameworks_flags(name: str) -> None:
     import yaml
     from support.doc_pages import ROOT
 
-    from sweep.core.ranking import SweepMeta, recommended_flags
+    from sweep.core.ranking import SweepMeta
+    from sweep.core.recommendation import recommended_flags
     from sweep.core.schema import TrialResult
     from sweep.parsers.presets import flags_template
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from sweep.core.ranking import Recommendation, SweepMeta, recommendation
+from sweep.core.ranking import SweepMeta
+from sweep.core.recommendation import Recommendation, recommendation
 from sweep.core.schema import OK, TrialResult
 
 KEYS = ["accum", "split", "per_device_batch", "joint_batch", "global_batch_size", "num_devices", "machine",

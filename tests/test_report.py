@@ -15,7 +15,7 @@ from support.results import make_sweep
 from sweep import report
 from sweep.analysis import export
 from sweep.analysis.api import load
-from sweep.core.ranking import Recommendation
+from sweep.core.recommendation import Recommendation
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REC = Recommendation.from_record({"accum": 1, "split": 8, "per_device_batch": 128, "joint_batch": 16, "global_batch_size": 1024,

@@ -6,7 +6,8 @@ import pytest
 from support.results import trial_result
 
 from sweep.core.config import MachineConfig, TrialConfig, memory_margin
-from sweep.core.ranking import SweepMeta, confidence_view, recommendation, recommendation_line
+from sweep.core.ranking import SweepMeta, confidence_view
+from sweep.core.recommendation import recommendation, recommendation_line
 from sweep.core.schema import Status, TrialResult
 from sweep.launch.memory import headroom, is_tight
 

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import pandas as pd
 
 from sweep.analysis import api, compare, export
-from sweep.core.ranking import Recommendation, recommendation_line
+from sweep.core.recommendation import Recommendation, recommendation_line
 from sweep.core.schema import Status
 from sweep.core.table import (
     SweepTable,

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from sweep.core.ranking import SweepMeta, build_table, recommendation, table_csv
+from sweep.core.ranking import SweepMeta, build_table, table_csv
+from sweep.core.recommendation import recommendation
 from sweep.core.schema import FAILED, OK, OOM, TrialResult, trial_dir
 from sweep.core.space import enumerate_candidates
 from sweep.core.stats import throughput_summary

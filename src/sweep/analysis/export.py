@@ -1,6 +1,6 @@
 """The recommendation in the forms users paste (pure).
 
-Every function takes the Recommendation that ranking.recommendation() returns
+Every function takes the Recommendation that core/recommendation.recommendation() returns
 (recommendation.yaml is its to_record(); Recommendation.from_record reads it back)
 and returns text: no I/O, no imports beyond the standard library and the core.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 import string
 
-from sweep.core.ranking import Recommendation, cli_flags
+from sweep.core.recommendation import Recommendation, cli_flags
 
 FORMS = ("flags", "yaml", "nemo", "slurm")
 

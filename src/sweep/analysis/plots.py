@@ -90,7 +90,7 @@ def ranked_figure(df: pd.DataFrame) -> pd.Series:
 
 
 def recommended_pair(df: pd.DataFrame) -> tuple[int, int] | None:
-    """(accum, split) the sweep recommends: the fastest ok pair that is not tight (ranking.recommendation's rule), on
+    """(accum, split) the sweep recommends: the fastest ok pair that is not tight (core/recommendation.py's rule), on
     the figures the sweep ranks by (ranked_figure), so the heatmap's `rec` is recommendation.yaml's pair."""
     ranked = df.assign(_ranked=ranked_figure(df))
     ok = ranked[(ranked["status"] == "ok") & ranked["_ranked"].notna()]

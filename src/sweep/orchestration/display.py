@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from sweep.core.drift import Drift
-    from sweep.core.ranking import Recommendation
+    from sweep.core.recommendation import Recommendation
     from sweep.core.schema import TrialResult
 
 # Row colours on a terminal, by status.
@@ -189,7 +189,7 @@ def summary_lines(results: dict[str, TrialResult], rec: Recommendation | None, d
                   answer: bool = True) -> list[str]:
     """The lines under the final table: the trials' statuses, the recommendation and its flags (not answer: none, as a
     screening sweep's rows only nominate pairs), the drift check's verdict, and for search=powers the scaling check."""
-    from sweep.core.ranking import recommendation_line
+    from sweep.core.recommendation import recommendation_line
 
     counts: dict[str, int] = {}
     for r in results.values():

@@ -25,7 +25,8 @@ import yaml
 from sweep import workloads
 from sweep.core.config import run_to_run_noise
 from sweep.core.drift import Drift
-from sweep.core.ranking import Recommendation, build_table, confidence_view, recommendation, recommendation_line, table_csv
+from sweep.core.ranking import build_table, confidence_view, table_csv
+from sweep.core.recommendation import Recommendation, recommendation, recommendation_line
 from sweep.core.run_to_run import BUSY_HOST_NOISE
 from sweep.core.schema import Status, TrialResult, trial_dir
 from sweep.core.space import Candidate
