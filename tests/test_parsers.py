@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.parser_lines import parse_all
 
 from sweep.parsers import (
     LineSplitter,
@@ -94,20 +95,6 @@ LINES = [
     ({"type": "jsonl", "key": "perf.samples_per_sec"}, '{"perf.samples_per_sec": 1234.5}', dict(throughput=1234.5)),
     ({"type": "jsonl", "key": "ranks.0.tput"}, '{"ranks": [{"tput": 700.0}, {"tput": 690.0}]}', dict(throughput=700.0)),
 ]
-
-
-def parse_all(spec: dict, data: bytes, chunks: list[int] | None = None) -> list[Measurement]:
-    parser = make_parser(spec)
-    out: list[Measurement] = []
-    if chunks is None:
-        out += parser.feed(data)
-    else:
-        pos = 0
-        for size in chunks:
-            out += parser.feed(data[pos : pos + size])
-            pos += size
-        out += parser.feed(data[pos:])
-    return out + parser.close()
 
 
 @pytest.mark.parametrize("spec,line,expected", LINES)

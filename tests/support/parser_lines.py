@@ -10,19 +10,24 @@ from sweep.parsers import Measurement, make_parser
 ESC = "\x1b"
 
 
-def parse(kind: str, data: str, chunks: list[int] | None = None) -> list[Measurement]:
-    parser = make_parser({"type": kind})
-    raw = data.encode()
+def parse_all(spec: dict, data: bytes, chunks: list[int] | None = None) -> list[Measurement]:
+    """Every figure the parser of `spec` reads from `data`, fed whole or in `chunks` (byte counts), then closed."""
+    parser = make_parser(spec)
     out: list[Measurement] = []
     if chunks is None:
-        out += parser.feed(raw)
+        out += parser.feed(data)
     else:
         pos = 0
         for size in chunks:
-            out += parser.feed(raw[pos : pos + size])
+            out += parser.feed(data[pos : pos + size])
             pos += size
-        out += parser.feed(raw[pos:])
+        out += parser.feed(data[pos:])
     return out + parser.close()
+
+
+def parse(kind: str, data: str, chunks: list[int] | None = None) -> list[Measurement]:
+    """parse_all for a preset's own lines, as text."""
+    return parse_all({"type": kind}, data.encode(), chunks)
 
 
 # (preset, line, expected fields or None). Each line follows its framework's format string; the
