@@ -94,3 +94,12 @@ def test_local_gpu_groups_are_disjoint(host, per_trial, groups):
     from sweep.launch.backend import gpu_groups
 
     assert gpu_groups(host, per_trial) == groups
+
+
+def test_a_pairs_key_reads_back_and_other_names_are_refused() -> None:
+    from sweep.core.space import make_candidate, pair_of_key
+
+    assert pair_of_key(make_candidate(4, 16, 128, 1).key) == (4, 16)
+    for name in ("accum4", "accum4_splitx", "split4_accum2", "provisional.json", "accum_split1"):
+        with pytest.raises(ValueError, match="is not a pair's key"):
+            pair_of_key(name)

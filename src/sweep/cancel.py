@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sweep.core.schema import ENDED_FILE, RESULT_FILE, Status, TrialResult, now_iso
+from sweep.core.space import make_candidate, pair_of_key
 from sweep.errors import SweepError
 from sweep.launch import backend as jobs
 from sweep.launch.clusters import cluster_named
@@ -83,12 +84,10 @@ def _cancel_jobs(sweep_dir: Path, meta: dict) -> list[str]:
             continue
         cluster = json.loads((tdir / jobs.JOB_FILE).read_text()).get("cluster", "local")
         cluster_named(str(cluster)).cancel(job)
-        accum, split = (int(x) for x in tdir.name.removeprefix("accum").split("_split"))
         gbs, devices = int(meta.get("global_batch_size") or 0), int(meta.get("num_devices") or 1)
-        per_device = gbs // (accum * devices) if gbs else 0
-        write_ended(TrialResult(accum, split, per_device, per_device // split if per_device else 0, gbs, devices, Status.CANCELLED,
-                                error="cancelled by python -m sweep.cancel (the search was not running)", job_id=str(job.job_id),
-                                finished_at=now_iso()), tdir)
+        pair = make_candidate(*pair_of_key(tdir.name), gbs, devices)
+        write_ended(TrialResult(**pair.numbers(gbs, devices), status=Status.CANCELLED, job_id=str(job.job_id), finished_at=now_iso(),
+                                error="cancelled by python -m sweep.cancel (the search was not running)"), tdir)
         ended.append(f"{tdir.name} job {job.job_id}")
     return ended
 

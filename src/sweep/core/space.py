@@ -66,6 +66,14 @@ class Candidate:
         }
 
 
+def pair_of_key(key: str) -> tuple[int, int]:
+    """(accum, split) of a Candidate.key, a trial dir's name; ValueError for any other name."""
+    accum, sep, split = key.removeprefix("accum").partition("_split")
+    if not (key.startswith("accum") and sep and accum.isdigit() and split.isdigit()):
+        raise ValueError(f"{key!r} is not a pair's key (accum<N>_split<M>)")
+    return int(accum), int(split)
+
+
 def check_positive_int(name: str, value: object) -> int:
     """Return value as int, or raise SpaceError naming the value and what is valid."""
     if isinstance(value, bool) or not isinstance(value, int):
