@@ -144,14 +144,14 @@ def test_a_re_timing_stands_only_if_it_ended_after_every_trial(tmp_path) -> None
     write_result(first, trial_dir(tmp_path, first.key))
     os.utime(trial_dir(tmp_path, first.key) / "result.json", (1000, 1000))
     newest = _newest_record(tmp_path, {first.key: first})
-    assert newest == 1000 and _earlier(orch, first, newest) is None  # never re-timed
+    assert newest == 1000 and _earlier(orch.plan, first, newest) is None  # never re-timed
     again = write_result(replace(first, throughput=1700.0), retime_dir(tmp_path, first.key))
     os.utime(again, (1001, 1001))
-    assert _earlier(orch, first, newest).throughput == 1700.0
+    assert _earlier(orch.plan, first, newest).throughput == 1700.0
     os.utime(again, (999, 999))  # re-timed before a trial that ran since: of the old figures
-    assert _earlier(orch, first, newest) is None
+    assert _earlier(orch.plan, first, newest) is None
     write_result(replace(first, throughput=None, status=Status.CANCELLED), retime_dir(tmp_path, first.key))
-    assert _earlier(orch, first, newest) is None  # cut short by a Ctrl-C: owed
+    assert _earlier(orch.plan, first, newest) is None  # cut short by a Ctrl-C: owed
 
 
 # A command whose speed changes after the sweep's two trials: the re-timings see split=2 30% slower, split=1 30% faster.

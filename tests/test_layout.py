@@ -121,8 +121,8 @@ def test_no_import_cycles_among_sweep_modules() -> None:
 
 def test_no_import_cycles_even_for_type_checkers() -> None:
     """A TYPE_CHECKING import is a dependency a reader follows too: orchestrator.py drove remeasure.py and retime.py,
-    which imported Orchestrator back for their annotations (a circle the picture of the house showed); they now see
-    the running sweep through orchestration/sweep_state.SweepState."""
+    which imported Orchestrator back for their annotations (a circle the picture of the house showed); they are now
+    handed what they use (the trial pool, the plan, the results), never the orchestrator."""
     mods = modules()
     graph = {m: imports_of(m, p, set(mods), type_checking_too=True) for m, p in mods.items()}
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])

@@ -245,12 +245,12 @@ def test_with_racing_off_the_trial_that_cannot_win_measures_to_its_own_end(tmp_p
     assert re.search(r"recommended .*\(accum=1\): ", proc.stdout)  # 1-D (the command has no {split}): the flags, then the pair
 
 
-def test_run_in_full_moves_the_provisional_record_aside_and_submits_the_pair_once(tmp_path):
-    """orchestration/remeasure.py on a stand-in orchestrator: the provisional pair the recommendation would take
-    is submitted again, its record kept as provisional.json, its progress cleared; never twice, never in screening."""
+def test_reruns_in_full_move_the_provisional_record_aside_once(tmp_path):
+    """orchestration/remeasure.py: the provisional pair the recommendation would take is readied to run again, its
+    record kept as provisional.json, its progress cleared; never once it runs in full, never in screening."""
     from types import SimpleNamespace
 
-    from sweep.orchestration.remeasure import PROVISIONAL_FILE, run_in_full
+    from sweep.orchestration.remeasure import PROVISIONAL_FILE, reruns_in_full
     from sweep.records import write_progress, write_result
 
     first = replace(ok(2, [0.01]), stopped_early="provisional: the search's first pair")
@@ -258,22 +258,20 @@ def test_run_in_full_moves_the_provisional_record_aside_and_submits_the_pair_onc
     tdir.mkdir(parents=True)
     write_result(first, tdir)
     write_progress(tdir, progress_record([0.01]))
-    submitted: list[str] = []
     by_key = {c.key: c for c in enumerate_candidates(GBS, 1, None, None) if c.valid}
+    results = {first.key: first}
 
-    def stand_in(nominates_only: bool) -> SimpleNamespace:
-        plan = SimpleNamespace(nominates_only=nominates_only, sweep_dir=tmp_path, meta=SweepMeta("s", "cpu", "command", GBS, 1))
-        return SimpleNamespace(plan=plan, stop=SimpleNamespace(signal=None), results={first.key: first}, by_key=by_key,
-                               racing=Racing(tmp_path, GBS, by_key), display=SimpleNamespace(log=lambda line: None),
-                               submit=lambda cand: submitted.append(cand.key))
+    def plan(nominates_only: bool) -> SimpleNamespace:
+        return SimpleNamespace(nominates_only=nominates_only, sweep_dir=tmp_path, meta=SweepMeta("s", "cpu", "command", GBS, 1))
 
-    assert run_in_full(stand_in(nominates_only=True)) is False and not submitted  # a screening row is never the answer
-    orch = stand_in(nominates_only=False)
-    assert run_in_full(orch) is True and submitted == [first.key]
+    assert reruns_in_full(plan(nominates_only=True), results, by_key, set()) == []  # a screening row is never the answer
+    [(key, line)] = reruns_in_full(plan(nominates_only=False), results, by_key, set())
+    assert key == first.key and "running it again in full (the provisional record is kept as provisional.json)" in line
     assert not (tdir / RESULT_FILE).exists() and read_result(tdir / PROVISIONAL_FILE) == first
-    assert not (tdir / PROGRESS_FILE).exists() and orch.racing.in_full == {first.key}
-    # Until the re-run lands the provisional record stands (the strategy sees the pair as run); it is not run twice.
-    assert orch.results[first.key] is first and run_in_full(orch) is False and submitted == [first.key]
+    assert not (tdir / PROGRESS_FILE).exists()
+    # Until the re-run lands the provisional record stands (the strategy sees the pair as run); once it runs in full,
+    # it is not readied again.
+    assert results[first.key] is first and reruns_in_full(plan(nominates_only=False), results, by_key, {first.key}) == []
 
 
 FIRST_PAIR_WINS_SCRIPT = '''

@@ -39,7 +39,8 @@ from sweep.orchestration.display import Display, landed_line, summary_lines
 from sweep.orchestration.host_load import HostLoad, busy_host_note
 from sweep.orchestration.plan import META_FILE, SweepPlan, sweep_record
 from sweep.orchestration.racing import Predictions, Racing, plan_stop_steps
-from sweep.orchestration.remeasure import run_in_full
+from sweep.orchestration.remeasure import reruns_in_full
+from sweep.orchestration.retime import DriftCheck
 from sweep.orchestration.signals import Interrupted, StopSignals, silence_stdout
 from sweep.orchestration.sweep_dir import remove_stale_temp_files, sweep_lock
 from sweep.orchestration.trial_pool import Trial, TrialPool
@@ -72,7 +73,6 @@ class Orchestrator:
         self.results: dict[str, TrialResult] = {}
         self.last_rec: tuple[int, int, int | None] | None = None  # the pair and score last logged
         self.drift: Drift | None = None  # once the end-of-sweep re-timing has run
-        self.drift_left: list[TrialResult] | None = None  # the pairs the drift check under way has still to re-time
         self.host_load = HostLoad(plan.sweep_dir)  # sampled while trials run: an oversubscribed CPU host scores noisier
         self.reused = 0  # finished trials found on start
         # Every job's life (submit, poll, time limit, stop, re-attach, its record): the search's trials, their re-runs in
@@ -81,6 +81,7 @@ class Orchestrator:
         self.workload = workloads.get(plan.meta.workload)
         self._shown_live: dict[str, float] = {}
         self.stop = StopSignals()  # SIGINT/SIGTERM noted, acted on at the loop's safe points
+        self.drift_check = DriftCheck(plan, self.pool, self.by_key, self.display.log, self.stop, poll_interval_s)
         self.t0 = time.monotonic()
         # CPU spent before the loop (interpreter, imports, Hydra's composition, the plan), counted apart:
         # the loop's share of wall time is what the orchestrator takes from running trials.
@@ -125,9 +126,7 @@ class Orchestrator:
                     # Before the drift check: its re-timings are fresh processes on the same devices.
                     self._retire_workers(wait=True)
                 if self.plan.drift_check:  # a stop in it is an interrupt too: the resume finishes it (orchestration/retime.py)
-                    from sweep.orchestration.retime import check_drift
-
-                    self.drift = check_drift(self, run_to_run_noise(self.plan.machine))
+                    self.drift = self.drift_check.run(self.results, run_to_run_noise(self.plan.machine))
             except Interrupted:
                 return self._interrupted()
             except BrokenPipeError:
@@ -144,9 +143,7 @@ class Orchestrator:
         self._load_finished()
         self.pool.open(self.workload.warm_runner)
         self._reattach()
-        from sweep.orchestration.retime import reattach_retimings
-
-        reattach_retimings(self)  # a drift check an earlier run was killed in: its job is this sweep's too
+        self.drift_check.reattach()  # a drift check an earlier run was killed in: its job is this sweep's too
         self._write_meta("running")
         if not point_latest(plan.sweep_dir) and not (plan.sweep_dir.parent / "latest").is_symlink():
             self.display.log(f"{plan.sweep_dir.parent / 'latest'} is not sweep's link to the latest sweep: left as it is")
@@ -178,7 +175,7 @@ class Orchestrator:
                 self._publish()
             if not self.in_flight and (proposal.done or not started):
                 # Done, or nothing left to propose with nothing running, unless a provisional pair may be the answer.
-                if not run_in_full(self):
+                if not self._run_in_full():
                     return
             self._stop_if_signalled()
             if self.in_flight:
@@ -194,6 +191,17 @@ class Orchestrator:
         """Start a trial of `cand` (the pool's) with no stop request an earlier run left for it."""
         self.racing.forget(cand.key)
         self.pool.submit(cand, trial_dir(self.plan.sweep_dir, cand.key))
+
+    def _run_in_full(self) -> bool:
+        """Submit again, in full, each provisional pair that may be the answer (orchestration/remeasure.py); whether any was."""
+        if self.stop.signal is not None:
+            return False
+        again = reruns_in_full(self.plan, self.results, self.by_key, self.racing.in_full)
+        for key, line in again:
+            self.racing.in_full.add(key)
+            self.display.log(line)
+            self.submit(self.by_key[key])
+        return bool(again)
 
     def _retire_workers(self, wait: bool = False) -> None:
         """Warm workers exit once idle, a busy one (its trial left running on purpose) after its trial; wait: for the idle."""
@@ -342,11 +350,9 @@ class Orchestrator:
         return 0 if rec is not None or (plan.nominates_only and ran_ok) else 1
 
     def _interrupted(self) -> int:
-        from sweep.orchestration.retime import cut_short
-
         keep = self.plan.keep_jobs_on_interrupt
-        if self.drift_left is not None:  # stopped in the drift check: every trial had finished
-            note = cut_short(self, keep)
+        if self.drift_check.left is not None:  # stopped in the drift check: every trial had finished
+            note = self.drift_check.cut_short(keep)
         elif keep:
             left = ", ".join(self.pool.job_ids())
             note = f"left running: job(s) {left}" if left else "no trial was running"

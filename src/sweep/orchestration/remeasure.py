@@ -21,35 +21,37 @@ a prior, and that neighbour is where it fails; the confidence score stays below 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Mapping
 
 from sweep.core.decision import is_provisional, provisional_contenders
 from sweep.core.measure import PROGRESS_FILE
-from sweep.core.schema import RESULT_FILE, trial_dir
-from sweep.orchestration.sweep_state import SweepState
+from sweep.core.schema import RESULT_FILE, TrialResult, trial_dir
+from sweep.core.space import Candidate
+from sweep.orchestration.plan import SweepPlan
 
 PROVISIONAL_FILE = "provisional.json"  # in the trial dir: the provisional record a full re-run replaced
 
 
-def run_in_full(orch: SweepState) -> bool:
-    """Submit again, in full, each provisional pair that may be the answer; whether any was.
+def reruns_in_full(plan: SweepPlan, results: Mapping[str, TrialResult], by_key: Mapping[str, Candidate],
+                   in_full: Collection[str]) -> list[tuple[str, str]]:
+    """(key, the line to log) for each provisional pair that may be the answer and is not run in full yet, its
+    provisional record moved aside and its progress cleared, ready to submit again (the orchestrator submits it).
 
     Not in a screening sweep (plan.nominates_only): a screening row is never the answer, and its
     confirmations measure the pairs that may be."""
-    if orch.plan.nominates_only or orch.stop.signal is not None:
-        return False
-    keys = [k for k in provisional_contenders(orch.results, list(orch.by_key.values())) if k in orch.by_key and k not in orch.racing.in_full]
-    for key in keys:
-        tdir = trial_dir(orch.plan.sweep_dir, key)
+    if plan.nominates_only:
+        return []
+    out = []
+    for key in provisional_contenders(results, list(by_key.values())):
+        if key not in by_key or key in in_full:
+            continue
+        tdir = trial_dir(plan.sweep_dir, key)
         if (tdir / RESULT_FILE).exists():
             os.replace(tdir / RESULT_FILE, tdir / PROVISIONAL_FILE)
         (tdir / PROGRESS_FILE).unlink(missing_ok=True)  # the re-run's steps, not the provisional ones, are its progress
-        first = orch.results[key]
-        orch.racing.in_full.add(key)
+        first = results[key]
         how = "provisionally" if is_provisional(first) else "by the throughput ordering"
-        orch.display.log(
-            f"accum={first.accum} split={first.split}: stopped {how} after {len(first.step_times_s)} timed step(s) "
-            f"({float(first.throughput or 0.0):.4g} {orch.plan.meta.throughput_unit or 'samples/s'}) and may be the answer: "
-            f"running it again in full (the provisional record is kept as {PROVISIONAL_FILE})"
-        )
-        orch.submit(orch.by_key[key])
-    return bool(keys)
+        out.append((key, f"accum={first.accum} split={first.split}: stopped {how} after {len(first.step_times_s)} timed step(s) "
+                         f"({float(first.throughput or 0.0):.4g} {plan.meta.throughput_unit or 'samples/s'}) and may be the answer: "
+                         f"running it again in full (the provisional record is kept as {PROVISIONAL_FILE})"))
+    return out

@@ -12,6 +12,7 @@ a resume after any of those finishes the check it owes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from sweep.core.confidence import leader_probability
@@ -20,9 +21,11 @@ from sweep.core.growth import at_risk
 from sweep.core.ranking import ranked_ok
 from sweep.core.run_to_run import BUSY_HOST_NOISE, Repeat
 from sweep.core.schema import ENDED_FILE, RESULT_FILE, Status, TrialResult, trial_dir
+from sweep.core.space import Candidate
 from sweep.errors import ResultError
-from sweep.orchestration.signals import Interrupted
-from sweep.orchestration.sweep_state import SweepState
+from sweep.orchestration.plan import SweepPlan
+from sweep.orchestration.signals import Interrupted, StopSignals
+from sweep.orchestration.trial_pool import TrialPool
 from sweep.records import check_record_place, read_trial_record
 
 RETIME_DIR = "retime"  # beside trials/: re-timings are not trials of the sweep's search
@@ -47,41 +50,98 @@ def pairs_to_retime(results: dict[str, TrialResult]) -> list[TrialResult]:
     return roomy[:PAIRS] if sure is not None and sure < 0.95 else []
 
 
-def check_drift(orch: SweepState, assumed: float) -> Drift | None:
-    """Re-time the pairs one after another (they would share the device otherwise) and measure the drift.
+class DriftCheck:
+    """The drift check of one sweep: it re-times the leader and the runner-up through the sweep's trial pool, holds
+    what it has still to re-time (`left`, what a stop cuts short), and re-attaches an earlier run's re-timings."""
 
-    None when no pair can be re-timed or no re-timing ran ok. A re-timing that ended after every trial (an
-    earlier run's, on a resume) stands; one an earlier run left running (re-attached at start) is waited for;
-    the rest are re-timed now: a resume after a kill, a Ctrl-C or a full disk in the check finishes it, and a
-    resume of a finished sweep launches nothing. A stop signal (Ctrl-C) raises Interrupted, its re-timing under
-    way still held in the pool's retimings for the orchestrator to end and name (cut_short).
-    """
-    chosen = pairs_to_retime(orch.results)
-    newest = _newest_record(orch.plan.sweep_dir, orch.results)
-    # A re-attached re-timing is waited for even where its record is in already: its job is this sweep's to see end.
-    held = orch.pool.retimings
-    kept = {first.key: None if first.key in held else _earlier(orch, first, newest) for first in chosen}
-    owed = [first for first in chosen if kept[first.key] is None]
-    # A re-attached re-timing of a pair no longer the leader or runner-up measures nothing this check needs.
-    orch.pool.end_retimings(keep={first.key for first in owed}, why="the drift check no longer re-times that pair",
-                            hurry=lambda: orch.stop.hurry)
-    if owed:
-        names = " and ".join(f"accum={r.accum} split={r.split}" + (f" (re-attached job {held[r.key].job.job_id})"
-                             if r.key in held else "") for r in owed)
-        orch.display.log(f"drift check: re-timing {names} ({orch.plan.trial.measure_steps} timed steps each; search.drift_check=false skips it)")
-    retimed = []
-    orch.drift_left = list(owed)  # what a stop now cuts short (cut_short)
-    for first in chosen:
-        again = kept[first.key] or _retime(orch, first)
-        if kept[first.key] is None:
-            orch.drift_left.pop(0)
-            if again.status != Status.OK or not again.throughput:
-                why = str(again.error or "no result").splitlines()[0]
-                orch.display.log(f"drift check: re-timing accum={first.accum} split={first.split} did not run ok ({why})")
-        if again.status == Status.OK and again.throughput:
-            retimed.append(Retimed(first.accum, first.split, _repeat(first), _repeat(again)))
-    orch.drift_left = None
-    return drift(retimed, assumed)
+    def __init__(self, plan: SweepPlan, pool: TrialPool, by_key: Mapping[str, Candidate], log: Callable[[str], None],
+                 stop: StopSignals, poll_interval_s: float) -> None:
+        self.plan = plan
+        self.pool = pool
+        self.by_key = by_key  # every candidate, by pair key
+        self.log = log
+        self.stop = stop  # SIGINT/SIGTERM noted: a stop in the check is an interrupt
+        self.poll_interval_s = poll_interval_s
+        self.left: list[TrialResult] | None = None  # while the check runs: the pairs it has still to re-time
+
+    def run(self, results: dict[str, TrialResult], assumed: float) -> Drift | None:
+        """Re-time the pairs one after another (they would share the device otherwise) and measure the drift.
+
+        None when no pair can be re-timed or no re-timing ran ok. A re-timing that ended after every trial (an
+        earlier run's, on a resume) stands; one an earlier run left running (re-attached at start) is waited for;
+        the rest are re-timed now: a resume after a kill, a Ctrl-C or a full disk in the check finishes it, and a
+        resume of a finished sweep launches nothing. A stop signal (Ctrl-C) raises Interrupted, its re-timing under
+        way still held in the pool's retimings for the orchestrator to end and name (cut_short).
+        """
+        chosen = pairs_to_retime(results)
+        newest = _newest_record(self.plan.sweep_dir, results)
+        # A re-attached re-timing is waited for even where its record is in already: its job is this sweep's to see end.
+        held = self.pool.retimings
+        kept = {first.key: None if first.key in held else _earlier(self.plan, first, newest) for first in chosen}
+        owed = [first for first in chosen if kept[first.key] is None]
+        # A re-attached re-timing of a pair no longer the leader or runner-up measures nothing this check needs.
+        self.pool.end_retimings(keep={first.key for first in owed}, why="the drift check no longer re-times that pair",
+                                hurry=lambda: self.stop.hurry)
+        if owed:
+            names = " and ".join(f"accum={r.accum} split={r.split}" + (f" (re-attached job {held[r.key].job.job_id})"
+                                 if r.key in held else "") for r in owed)
+            self.log(f"drift check: re-timing {names} ({self.plan.trial.measure_steps} timed steps each; search.drift_check=false skips it)")
+        retimed = []
+        self.left = list(owed)  # what a stop now cuts short (cut_short)
+        for first in chosen:
+            again = kept[first.key] or self._retime(first)
+            if kept[first.key] is None:
+                self.left.pop(0)
+                if again.status != Status.OK or not again.throughput:
+                    why = str(again.error or "no result").splitlines()[0]
+                    self.log(f"drift check: re-timing accum={first.accum} split={first.split} did not run ok ({why})")
+            if again.status == Status.OK and again.throughput:
+                retimed.append(Retimed(first.accum, first.split, _repeat(first), _repeat(again)))
+        self.left = None
+        return drift(retimed, assumed)
+
+    def _retime(self, first: TrialResult) -> TrialResult:
+        """One brief re-run of the pair through the sweep's trial pool (or the job an earlier run left running); its record.
+
+        The pool holds the job while it runs, so that every way out (a stop, a full disk) ends it."""
+        if self.stop.signal is not None:  # stopped between two re-timings: start no other
+            raise Interrupted()
+        if first.key not in self.pool.retimings:
+            tdir = retime_dir(self.plan.sweep_dir, first.key)
+            # A re-timing is of now: an earlier run's record (a resumed sweep) is not this one's.
+            (tdir / RESULT_FILE).unlink(missing_ok=True)
+            self.pool.submit_retiming(self.by_key[first.key], tdir)
+        again = self.pool.wait_retiming(first.key, lambda: self.stop.signal is not None, self.poll_interval_s)
+        if again is None:
+            raise Interrupted()
+        return again
+
+    def reattach(self) -> None:
+        """The re-timing jobs an earlier run of this sweep left running (killed in its drift check): held in the pool's
+        retimings, where the drift check waits for them, a new trial's start ends them (they would share its device),
+        and so does a stop."""
+        for key in sorted(self.by_key):
+            trial = self.pool.reattach(self.by_key[key], retime_dir(self.plan.sweep_dir, key), retiming=True)
+            if trial is not None:
+                cand = trial.cand
+                self.log(f"re-attached to running re-timing job {trial.job.job_id} for accum={cand.accum} split={cand.split} "
+                                 f"(an earlier run's drift check)")
+
+    def cut_short(self, left_running: bool) -> str:
+        """What the stop line says when a stop came during the drift check: every trial had finished, the re-timing that
+        was stopped (or left running), those not reached. The resume finishes the check (check_drift)."""
+        left = list(self.left or [])
+        current = left[0] if left else None
+        held = self.pool.retimings.get(current.key) if current is not None else None
+        ended = left_running or self.pool.end_retimings(hurry=lambda: self.stop.hurry)
+        said = []
+        if held is not None:
+            what = f"left running: job {held.job.job_id}" if left_running else ("stopped" if ended else "told to stop")
+            said.append(f"re-timing of accum={held.cand.accum} split={held.cand.split} {what}")
+        rest = left[1:] if held is not None else left
+        if rest:
+            said.append(" and ".join(f"accum={r.accum} split={r.split}" for r in rest) + " not re-timed yet")
+        return f"the drift check was cut short after every trial finished ({', '.join(said) or 'its last re-timing had ended'})"
 
 
 def _newest_record(sweep_dir: Path, results: dict[str, TrialResult]) -> float:
@@ -96,66 +156,20 @@ def _newest_record(sweep_dir: Path, results: dict[str, TrialResult]) -> float:
     return newest
 
 
-def _earlier(orch: SweepState, first: TrialResult, after: float) -> TrialResult | None:
-    """The pair's re-timing from an earlier run of this sweep where it ended (cancelled: cut short) after every trial
-    record, under the same settings; None where the check owes it."""
-    tdir = retime_dir(orch.plan.sweep_dir, first.key)
-    try:
-        again = read_trial_record(tdir)
-        if again is None or again.status == Status.CANCELLED:
-            return None
-        check_record_place(again, tdir, orch.plan.fingerprint)
-        written = max((tdir / name).stat().st_mtime for name in (RESULT_FILE, ENDED_FILE) if (tdir / name).exists())
-    except (ResultError, OSError, ValueError):
-        return None
-    return again if written > after else None
-
-
 def _repeat(r: TrialResult) -> Repeat:
     return Repeat(float(r.throughput or 0.0), r.throughput_low, r.throughput_high)
 
 
-def _retime(orch: SweepState, first: TrialResult) -> TrialResult:
-    """One brief re-run of the pair through the sweep's trial pool (or the job an earlier run left running); its record.
-
-    The pool holds the job while it runs, so that every way out (a stop, a full disk) ends it."""
-    if orch.stop.signal is not None:  # stopped between two re-timings: start no other
-        raise Interrupted()
-    if first.key not in orch.pool.retimings:
-        tdir = retime_dir(orch.plan.sweep_dir, first.key)
-        # A re-timing is of now: an earlier run's record (a resumed sweep) is not this one's.
-        (tdir / RESULT_FILE).unlink(missing_ok=True)
-        orch.pool.submit_retiming(orch.by_key[first.key], tdir)
-    again = orch.pool.wait_retiming(first.key, lambda: orch.stop.signal is not None, orch.poll_interval_s)
-    if again is None:
-        raise Interrupted()
-    return again
-
-
-def reattach_retimings(orch: SweepState) -> None:
-    """The re-timing jobs an earlier run of this sweep left running (killed in its drift check): held in the pool's
-    retimings, where the drift check waits for them, a new trial's start ends them (they would share its device),
-    and so does a stop."""
-    for key in sorted(orch.by_key):
-        trial = orch.pool.reattach(orch.by_key[key], retime_dir(orch.plan.sweep_dir, key), retiming=True)
-        if trial is not None:
-            cand = trial.cand
-            orch.display.log(f"re-attached to running re-timing job {trial.job.job_id} for accum={cand.accum} split={cand.split} "
-                             f"(an earlier run's drift check)")
-
-
-def cut_short(orch: SweepState, left_running: bool) -> str:
-    """What the stop line says when a stop came during the drift check: every trial had finished, the re-timing that
-    was stopped (or left running), those not reached. The resume finishes the check (check_drift)."""
-    left = list(orch.drift_left or [])
-    current = left[0] if left else None
-    held = orch.pool.retimings.get(current.key) if current is not None else None
-    ended = left_running or orch.pool.end_retimings(hurry=lambda: orch.stop.hurry)
-    said = []
-    if held is not None:
-        what = f"left running: job {held.job.job_id}" if left_running else ("stopped" if ended else "told to stop")
-        said.append(f"re-timing of accum={held.cand.accum} split={held.cand.split} {what}")
-    rest = left[1:] if held is not None else left
-    if rest:
-        said.append(" and ".join(f"accum={r.accum} split={r.split}" for r in rest) + " not re-timed yet")
-    return f"the drift check was cut short after every trial finished ({', '.join(said) or 'its last re-timing had ended'})"
+def _earlier(plan: SweepPlan, first: TrialResult, after: float) -> TrialResult | None:
+    """The pair's re-timing from an earlier run of this sweep where it ended (cancelled: cut short) after every trial
+    record, under the same settings; None where the check owes it."""
+    tdir = retime_dir(plan.sweep_dir, first.key)
+    try:
+        again = read_trial_record(tdir)
+        if again is None or again.status == Status.CANCELLED:
+            return None
+        check_record_place(again, tdir, plan.fingerprint)
+        written = max((tdir / name).stat().st_mtime for name in (RESULT_FILE, ENDED_FILE) if (tdir / name).exists())
+    except (ResultError, OSError, ValueError):
+        return None
+    return again if written > after else None
