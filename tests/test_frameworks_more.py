@@ -33,7 +33,7 @@ from support.frameworks import (
     TOTAL_TOLERANCE,
     compare,
     independent_from_files,
-    own_median_over_the_figures_steps,
+    own_step_time_over_the_figures_steps,
     trials,
 )
 from support.sweep_run import run_sweep
@@ -126,7 +126,7 @@ def test_a_framework_swept_as_a_users_command_is_timed_by_the_probe_as_by_itself
             pytest.skip(f"{module} not installed (pip install -e .[frameworks])")
     sweep_dir, steps_dir = sweep_command(name, tmp_path)
     skip = 3  # past the trial's warm-up (2 steps), as tests/test_frameworks_real.py compares
-    own_medians, sweep_figures = {}, {}
+    own_step_times, sweep_figures = {}, {}
     for accum, trial_dir in sorted(trials(sweep_dir, ACCUMS).items()):
         record = json.loads((trial_dir / "result.json").read_text())
         signal, ranks, probe, backwards = probe_times(trial_dir, accum)
@@ -143,14 +143,14 @@ def test_a_framework_swept_as_a_users_command_is_timed_by_the_probe_as_by_itself
             assert record["backward_per_update"] == accum and record["status"] == "ok", record
         agreement = compare(probe, own[0], skip)
         sweep_figures[accum] = record["throughput"]
-        own_medians[accum] = own_median_over_the_figures_steps(record, probe, own[0])
+        own_step_times[accum] = own_step_time_over_the_figures_steps(record, probe, own[0])
         REPORT.append(f"{name:12s} accum={accum} micro-batch={GLOBAL_BATCH // accum:4d} by {signal}: {agreement.line()}; "
                       f"the sweep recorded {record['throughput']:,.1f} {record['throughput_unit']}")
         assert agreement.median_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
         assert agreement.total_ratio == pytest.approx(1, abs=TOTAL_TOLERANCE), REPORT[-1]
     by_sweep = sorted(sweep_figures, key=lambda a: -sweep_figures[a])
-    by_own = sorted(own_medians, key=lambda a: own_medians[a])
-    close = abs(own_medians[ACCUMS[0]] / own_medians[ACCUMS[1]] - 1) < RANKING_NOISE
+    by_own = sorted(own_step_times, key=lambda a: own_step_times[a])
+    close = abs(own_step_times[ACCUMS[0]] / own_step_times[ACCUMS[1]] - 1) < RANKING_NOISE
     REPORT.append(f"{name:12s} fastest by the sweep: accum={by_sweep[0]}, by its own timing: accum={by_own[0]}"
                   + (" (within the noise: not ranked)" if close else ""))
     assert close or by_sweep == by_own, REPORT[-1]

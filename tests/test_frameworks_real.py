@@ -34,7 +34,7 @@ from support.frameworks import (
     independent_from_files,
     independent_from_log,
     needs,
-    own_median_over_the_figures_steps,
+    own_step_time_over_the_figures_steps,
     probe_steps,
     run_preset,
     shipped,
@@ -53,7 +53,7 @@ def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(nam
         pytest.importorskip(module, reason=f"{module} not installed (pip install -e .[frameworks])")
     sweep_dir, steps_dir, _ = run_preset(name, tmp_path)
     skip = max(3, int(shipped(name)["workload"]["parser"]["skip_first"]))  # the preset's warm-up, at least 3 steps
-    own_medians, sweep_figures = {}, {}
+    own_step_times, sweep_figures = {}, {}
     for accum, trial_dir in sorted(trials(sweep_dir).items()):
         ranks, probe = probe_steps(trial_dir)
         if case.own_timing == "file":
@@ -65,7 +65,7 @@ def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(nam
         record = json.loads((trial_dir / "result.json").read_text())
         assert record["measured_by"] == "probe", record
         sweep_figures[accum] = record["throughput"]
-        own_medians[accum] = own_median_over_the_figures_steps(record, probe, own[0])
+        own_step_times[accum] = own_step_time_over_the_figures_steps(record, probe, own[0])
         REPORT.append(f"{name:9s} accum={accum} micro-batch={GLOBAL_BATCH // accum:2d}: {agreement.line()}; "
                       f"the sweep recorded {record['throughput']:,.1f} {record['throughput_unit']}")
         assert agreement.median_ratio == pytest.approx(1, abs=TOLERANCE), REPORT[-1]
@@ -77,8 +77,8 @@ def test_a_preset_swept_as_shipped_is_timed_by_the_probe_as_by_the_framework(nam
     # The ranking: the sweep's figures (the probe's) order the pairs as the framework's own step times do, unless
     # those are too close for an order (run-to-run noise between two trial processes on this box is several %).
     by_sweep = sorted(sweep_figures, key=lambda a: -sweep_figures[a])
-    by_own = sorted(own_medians, key=lambda a: own_medians[a])
-    close = abs(own_medians[1] / own_medians[2] - 1) < RANKING_NOISE
+    by_own = sorted(own_step_times, key=lambda a: own_step_times[a])
+    close = abs(own_step_times[1] / own_step_times[2] - 1) < RANKING_NOISE
     REPORT.append(f"{name:9s} fastest by the sweep: accum={by_sweep[0]}, by its own timing: accum={by_own[0]}"
                   + (" (within the noise: not ranked)" if close else ""))
     assert close or by_sweep == by_own, REPORT[-1]

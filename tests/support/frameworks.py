@@ -232,11 +232,13 @@ def trials(sweep_dir: Path, accums: tuple[int, ...] = (1, 2)) -> dict[int, Path]
     return out
 
 
-def own_median_over_the_figures_steps(record: dict, probe: dict[int, float], own: dict[int, float]) -> float:
-    """For the ranking, the framework's own median over the very steps the sweep's figure is the median of (after the
+def own_step_time_over_the_figures_steps(record: dict, probe: dict[int, float], own: dict[int, float]) -> float:
+    """For the ranking, the framework's own mean step time over the very steps the sweep's figure rests on (after the
     warm-up and any leading steps core/steady.py left out: warmup_steps counts both), whose probe times are the
-    record's. On a busy box the steps before and after that window can be slower or faster as a whole, and a median
-    over another window could order two pairs differently without either side having mistimed a step."""
+    record's. The figure is samples over those steps' wall time (issue 50), so like is compared with like: their own
+    mean, every slow step counted, not their median. On a busy box the steps before and after that window can be
+    slower or faster as a whole, and another window could order two pairs differently without either side having
+    mistimed a step."""
     window = range(record["warmup_steps"], record["warmup_steps"] + len(record["step_times_s"]))
     assert record["step_times_s"] == pytest.approx([probe[i] for i in window], rel=1e-3), (record["step_times_s"], probe)
-    return statistics.median(own[i] for i in window if i in own)
+    return statistics.fmean(own[i] for i in window if i in own)
