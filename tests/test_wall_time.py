@@ -147,6 +147,6 @@ def test_a_sweep_does_not_recommend_the_pair_whose_fastest_median_step_hides_its
     assert rows[2]["stalls"] == rows[4]["stalls"] == ""
     final = re.findall(r"^recommended accum=(\d+) ", proc.stdout, re.M)  # the answer, not an interim line's
     assert final and final[-1] in ("2", "4"), proc.stdout
-    assert re.search(r"accum=1 ok: stalls: 1 step in 3 ran", proc.stdout), proc.stdout
+    assert re.search(r"accum=1 ok: stalls: 1 step in [34] ran", proc.stdout), proc.stdout
     row = next(line for line in proc.stdout.splitlines() if re.match(r"\s*\d+\s+1\s+64\s+ok\s", line))
     assert row.split()[-1] == STALLS_MARK, proc.stdout
